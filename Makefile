@@ -1,0 +1,44 @@
+# Two entry points (see README):
+#   make demo   set up .venv if needed, then run the main job
+#   make test   set up .venv if needed, then run the whole test suite
+# Setup is idempotent: a stamp file records the inputs it was made from, so a second
+# run installs nothing.
+
+PYTHON ?= python3.11
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.mmseg-cann-installed
+PYTEST_ARGS ?=
+
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export MMCV_WITH_OPS := 1
+export MAX_JOBS ?= 2
+
+.PHONY: env demo test parity clean-env
+
+env: $(STAMP)
+
+$(STAMP): setup.py requirements/build.txt requirements/runtime.txt requirements/tests.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q "pip>=24"
+	# 1. torch first: the CPU wheel on local disk (a bare `torch` would pull a CUDA build).
+	$(PIP) install -q torch==2.13.0
+	# 2. build tools, then mmcv with compiled ops built against that torch (cached by pip).
+	$(PIP) install -q -r requirements/build.txt
+	$(PIP) install -q --no-build-isolation mmcv==2.1.0
+	# 3. the OpenMMLab stack, this package (editable) and the test dependencies.
+	$(PIP) install -q -r requirements/runtime.txt
+	$(PIP) install -q --no-build-isolation --no-deps -e .
+	$(PIP) install -q -r requirements/tests.txt
+	$(PY) -c "import mmcv.ops, mmseg, mmseg_cann; print('environment ready:', mmseg_cann.__version__)"
+	@touch $@
+
+demo: env
+	$(PY) tools/check_parity.py
+
+test: env
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean-env:
+	rm -rf $(VENV)
