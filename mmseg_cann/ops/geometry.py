@@ -1,0 +1,469 @@
+"""Geometry of upsampling and pooling: the single source of truth.
+
+Pure functions and small frozen specs, no tensors. Every backend, the float64
+reference, the modules and the ONNX export take their output sizes, padding,
+source-coordinate rules and argument validation from here, so the rules are written
+exactly once.
+
+Conventions follow PyTorch (``torch.nn.functional``):
+
+* upsample output size is ``size`` or ``floor(in * scale_factor)``; when a user scale
+  is given and ``recompute_scale_factor`` is not true, the coordinate mapping uses
+  ``1 / scale_factor`` instead of ``in / out``;
+* pooling output size is ``floor((in + 2p - d*(k-1) - 1) / s) + 1`` (``ceil`` with
+  ``ceil_mode``, dropping a last window that would start in the right padding);
+* the padding strings ``'same'``/``'same_upper'``/``'same_lower'``/``'valid'`` follow
+  ONNX ``auto_pad``: output ``ceil(in / s)``, total padding
+  ``max((out - 1) * s + d*(k-1) + 1 - in, 0)``, the odd cell at the end (upper) or at
+  the start (lower).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple, Union
+
+UPSAMPLE_MODES = ('nearest', 'nearest-exact', 'bilinear', 'bicubic', 'area')
+#: modes that interpolate (take ``align_corners`` and ``antialias``)
+INTERPOLATING_MODES = ('bilinear', 'bicubic')
+NEAREST_MODES = ('nearest', 'nearest-exact')
+PADDING_STRINGS = ('valid', 'same', 'same_upper', 'same_lower')
+#: Keys cubic-convolution coefficient used by PyTorch (and CANN) bicubic.
+CUBIC_A = -0.75
+#: Keys coefficient PyTorch uses for *antialiased* bicubic (as PIL does).
+CUBIC_A_ANTIALIAS = -0.5
+
+Pair = Tuple[int, int]
+
+
+# ----------------------------------------------------------------------------------
+# small argument helpers
+# ----------------------------------------------------------------------------------
+def _is_int(value) -> bool:
+    if isinstance(value, bool):
+        return False
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _to_int(value, name: str) -> int:
+    if not _is_int(value):
+        raise TypeError(f'{name} must be an integer, got {value!r} '
+                        f'({type(value).__name__})')
+    return operator.index(value)
+
+
+def int_pair(value, name: str, *, minimum: Optional[int] = None) -> Pair:
+    """Normalise an int or a length-2 sequence of ints into a pair.
+
+    Raises ``TypeError`` for non-integers and ``ValueError`` for a wrong length or a
+    value below ``minimum``.
+    """
+    if _is_int(value):
+        items = (operator.index(value),) * 2
+    elif isinstance(value, (tuple, list)) or _is_size_like(value):
+        values = list(value)
+        if len(values) == 1:
+            values = values * 2
+        if len(values) != 2:
+            raise ValueError(f'{name} must be an int or a sequence of 2 ints, '
+                             f'got {len(values)} values: {value!r}')
+        items = tuple(_to_int(v, name) for v in values)
+    else:
+        raise TypeError(f'{name} must be an int or a sequence of 2 ints, '
+                        f'got {value!r} ({type(value).__name__})')
+    if minimum is not None and min(items) < minimum:
+        raise ValueError(f'{name} must be >= {minimum}, got {value!r}')
+    return items  # type: ignore[return-value]
+
+
+def _is_size_like(value) -> bool:
+    # torch.Size is a tuple subclass; numpy arrays and tensors of ints also iterate.
+    return hasattr(value, '__len__') and hasattr(value, '__iter__') and not isinstance(
+        value, (str, bytes))
+
+
+def float_pair(value, name: str) -> Tuple[float, float]:
+    """Normalise a positive finite number or a length-2 sequence of them."""
+    if isinstance(value, bool):
+        raise TypeError(f'{name} must be a number or a sequence of 2 numbers, got {value!r}')
+    if isinstance(value, numbers.Real):
+        items = (float(value),) * 2
+    elif isinstance(value, (tuple, list)) or _is_size_like(value):
+        values = list(value)
+        if len(values) == 1:
+            values = values * 2
+        if len(values) != 2:
+            raise ValueError(f'{name} must be a number or a sequence of 2 numbers, '
+                             f'got {len(values)} values: {value!r}')
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):
+                raise TypeError(f'{name} must contain real numbers, got {v!r} '
+                                f'({type(v).__name__})')
+        items = tuple(float(v) for v in values)
+    else:
+        raise TypeError(f'{name} must be a number or a sequence of 2 numbers, '
+                        f'got {value!r} ({type(value).__name__})')
+    for v in items:
+        if not math.isfinite(v) or v <= 0:
+            raise ValueError(f'{name} must be finite and > 0, got {value!r}')
+    return items  # type: ignore[return-value]
+
+
+def _check_bool(value, name: str, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, bool):
+        accepted = 'None, True or False' if allow_none else 'True or False'
+        raise TypeError(f'{name} must be {accepted}, got {value!r}')
+
+
+# ----------------------------------------------------------------------------------
+# upsampling
+# ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class UpsampleArgs:
+    """Validated, input-independent upsample arguments (what a module stores)."""
+
+    size: Optional[Pair]
+    scale_factor: Optional[Tuple[float, float]]
+    mode: str
+    align_corners: Optional[bool]
+    recompute_scale_factor: Optional[bool]
+    antialias: bool
+
+
+def check_upsample_args(size=None, scale_factor=None, mode='nearest', align_corners=None,
+                        recompute_scale_factor=None, antialias=False) -> UpsampleArgs:
+    """Validate the input-independent upsample arguments.
+
+    Mirrors the rules of ``F.interpolate`` for 4-D input and raises ``ValueError`` or
+    ``TypeError`` naming the argument and what is accepted.
+    """
+    if not isinstance(mode, str) or mode not in UPSAMPLE_MODES:
+        raise ValueError(f'mode must be one of {UPSAMPLE_MODES} for 4-D input, got {mode!r}')
+    if size is None and scale_factor is None:
+        raise ValueError('either size or scale_factor must be given (got neither)')
+    if size is not None and scale_factor is not None:
+        raise ValueError('only one of size or scale_factor may be given (got both)')
+    norm_size = None if size is None else int_pair(size, 'size', minimum=1)
+    norm_scale = None if scale_factor is None else float_pair(scale_factor, 'scale_factor')
+    _check_bool(align_corners, 'align_corners', allow_none=True)
+    if align_corners is not None and mode not in INTERPOLATING_MODES:
+        raise ValueError(f'align_corners can only be set for the interpolating modes '
+                         f'{INTERPOLATING_MODES}, got mode={mode!r}; leave it None')
+    _check_bool(antialias, 'antialias')
+    if antialias and mode not in INTERPOLATING_MODES:
+        raise ValueError(f'antialias=True is only supported for modes {INTERPOLATING_MODES}, '
+                         f'got mode={mode!r}')
+    _check_bool(recompute_scale_factor, 'recompute_scale_factor', allow_none=True)
+    if recompute_scale_factor and norm_size is not None:
+        raise ValueError('recompute_scale_factor=True is not meaningful with an explicit '
+                         'size; pass scale_factor instead')
+    if mode in INTERPOLATING_MODES and align_corners is None:
+        align_corners = False
+    return UpsampleArgs(norm_size, norm_scale, mode, align_corners, recompute_scale_factor,
+                        antialias)
+
+
+@dataclass(frozen=True)
+class UpsampleSpec:
+    """A fully resolved upsample: sizes and the scales used for coordinate mapping."""
+
+    args: UpsampleArgs
+    in_size: Pair
+    out_size: Pair
+    #: per axis, the user scale the kernel maps with (``1/scale``), or None (``in/out``)
+    kernel_scales: Tuple[Optional[float], Optional[float]]
+
+    @property
+    def mode(self) -> str:
+        return self.args.mode
+
+    @property
+    def align_corners(self) -> Optional[bool]:
+        return self.args.align_corners
+
+    @property
+    def antialias(self) -> bool:
+        return self.args.antialias
+
+
+def upsample_output_size(in_size: int, scale: float) -> int:
+    """``floor(in * scale)`` computed in double precision, as PyTorch does."""
+    return math.floor(float(in_size) * scale)
+
+
+def upsample_spec(in_size: Sequence[int], args: UpsampleArgs) -> UpsampleSpec:
+    """Resolve output sizes and kernel scales for an input of spatial size ``in_size``."""
+    in_hw = (int(in_size[0]), int(in_size[1]))
+    if args.size is not None:
+        return UpsampleSpec(args, in_hw, args.size, (None, None))
+    scales = args.scale_factor
+    out = tuple(upsample_output_size(i, s) for i, s in zip(in_hw, scales))
+    if min(out) < 1:
+        raise ValueError(f'scale_factor={scales} gives an empty output {out} for input '
+                         f'size {in_hw}; the output size floor(in * scale) must be >= 1')
+    if args.recompute_scale_factor or args.mode == 'area':
+        kernel_scales = (None, None)
+    else:
+        kernel_scales = tuple(None if _axis_copied(args, i, o) else s
+                              for i, o, s in zip(in_hw, out, scales))
+    return UpsampleSpec(args, in_hw, out, kernel_scales)  # type: ignore[arg-type]
+
+
+def _axis_copied(args: UpsampleArgs, in_size: int, out_size: int) -> bool:
+    """Whether PyTorch copies an axis whose size does not change, ignoring the scale.
+
+    PyTorch's CPU kernels for bilinear (with or without antialiasing) and antialiased
+    bicubic skip an axis whose output size equals its input size, whatever the user
+    scale; legacy nearest shortcuts ``out == in`` (see ``reference.nearest_indices``);
+    plain bicubic and nearest-exact map such an axis with ``1 / scale`` like any other.
+    """
+    return in_size == out_size and (
+        args.mode == 'bilinear' or (args.mode == 'bicubic' and args.antialias))
+
+
+def coordinate_scale(in_size: int, out_size: int, align_corners: bool,
+                     scale: Optional[float]) -> float:
+    """The step between consecutive source coordinates (``area_pixel_compute_scale``).
+
+    ``align_corners=True``: ``(in - 1) / (out - 1)`` (0 when ``out == 1``); otherwise
+    ``1 / scale`` when a user scale applies, else ``in / out``.
+    """
+    if align_corners:
+        return (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+    if scale is not None and scale > 0:
+        return 1.0 / scale
+    return in_size / out_size
+
+
+def linear_source_coordinate(dst: int, step: float, align_corners: bool, cubic: bool) -> float:
+    """Source coordinate of output index ``dst`` for linear and cubic modes.
+
+    ``align_corners``: ``dst * step``; half-pixel: ``(dst + 0.5) * step - 0.5``, clamped
+    at 0 for linear modes (cubic keeps the negative value and clamps its taps).
+    """
+    if align_corners:
+        return dst * step
+    src = (dst + 0.5) * step - 0.5
+    return src if cubic or src >= 0 else 0.0
+
+
+def adaptive_bin(index: int, in_size: int, out_size: int) -> Tuple[int, int]:
+    """``[start, end)`` input range of adaptive-average bin ``index`` (area mode)."""
+    start = (index * in_size) // out_size
+    end = -((-(index + 1) * in_size) // out_size)
+    return start, end
+
+
+def cubic_weights(t: float, a: float = CUBIC_A) -> Tuple[float, float, float, float]:
+    """Keys cubic-convolution weights of the taps at offsets -1, 0, 1, 2 for fraction t."""
+    def near(x):  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    return far(t + 1), near(t), near(1 - t), far(2 - t)
+
+
+def antialias_filter(x: float, mode: str) -> float:
+    """The antialiasing filter: triangle (bilinear) or Keys a=-0.5 (bicubic)."""
+    x = abs(x)
+    if mode == 'bilinear':
+        return 1.0 - x if x < 1.0 else 0.0
+    a = CUBIC_A_ANTIALIAS
+    if x < 1.0:
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+    if x < 2.0:
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return 0.0
+
+
+def antialias_support(step: float, mode: str) -> float:
+    """Half-width of the antialiasing filter in input pixels."""
+    interp_size = 2 if mode == 'bilinear' else 4
+    return interp_size * 0.5 * step if step >= 1.0 else interp_size * 0.5
+
+
+# ----------------------------------------------------------------------------------
+# pooling
+# ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PoolArgs:
+    """Validated, input-independent pooling arguments (what a module stores)."""
+
+    kernel: Pair
+    stride: Pair
+    #: explicit symmetric padding, or one of PADDING_STRINGS
+    padding: Union[Pair, str]
+    dilation: Pair
+    ceil_mode: bool
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """A fully resolved pooling window grid for one input size."""
+
+    args: PoolArgs
+    in_size: Pair
+    out_size: Pair
+    pad_begin: Pair
+    pad_end: Pair
+
+    @property
+    def kernel(self) -> Pair:
+        return self.args.kernel
+
+    @property
+    def stride(self) -> Pair:
+        return self.args.stride
+
+    @property
+    def dilation(self) -> Pair:
+        return self.args.dilation
+
+    @property
+    def symmetric(self) -> bool:
+        return self.pad_begin == self.pad_end
+
+    @property
+    def torch_padding_ok(self) -> bool:
+        """Whether PyTorch's pooling ops take this padding directly (symmetric, <= k/2)."""
+        return self.symmetric and all(p <= k // 2 for p, k in zip(self.pad_begin, self.kernel))
+
+
+def effective_kernel(kernel: int, dilation: int) -> int:
+    return dilation * (kernel - 1) + 1
+
+
+def pool_output_size(in_size: int, kernel: int, stride: int, pad: int, dilation: int,
+                     ceil_mode: bool) -> int:
+    """PyTorch's pooling output size for symmetric padding ``pad``."""
+    numerator = in_size + 2 * pad - effective_kernel(kernel, dilation) + (
+        stride - 1 if ceil_mode else 0)
+    out = numerator // stride + 1
+    if ceil_mode and (out - 1) * stride >= in_size + pad:
+        out -= 1  # the last window must start inside the input or the left padding
+    return out
+
+
+def same_padding(in_size: int, kernel: int, stride: int, dilation: int,
+                 lower: bool) -> Tuple[int, int, int]:
+    """ONNX ``auto_pad`` SAME: returns ``(pad_begin, pad_end, out)`` for one axis."""
+    out = -(-in_size // stride)
+    total = max((out - 1) * stride + effective_kernel(kernel, dilation) - in_size, 0)
+    small, large = total // 2, total - total // 2
+    return (large, small, out) if lower else (small, large, out)
+
+
+def check_pool_args(kernel_size, stride=None, padding=0, dilation=1,
+                    ceil_mode=False) -> PoolArgs:
+    """Validate input-independent pooling arguments (PyTorch's rules)."""
+    kernel = int_pair(kernel_size, 'kernel_size', minimum=1)
+    if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0):
+        stride_pair = kernel
+    else:
+        stride_pair = int_pair(stride, 'stride', minimum=1)
+    dilation_pair = int_pair(dilation, 'dilation', minimum=1)
+    _check_bool(ceil_mode, 'ceil_mode')
+    if isinstance(padding, str):
+        pad = padding.lower()
+        if pad not in PADDING_STRINGS:
+            raise ValueError(f'padding must be an int, a pair of ints or one of '
+                             f'{PADDING_STRINGS}, got {padding!r}')
+        norm_padding: Union[Pair, str] = 'same_upper' if pad == 'same' else pad
+    else:
+        norm_padding = int_pair(padding, 'padding', minimum=0)
+        for p, k in zip(norm_padding, kernel):
+            if p > k // 2:
+                raise ValueError(f'padding must be at most half the kernel size '
+                                 f'(pad <= kernel_size // 2), got padding={padding!r} '
+                                 f'for kernel_size={kernel_size!r}')
+    return PoolArgs(kernel, stride_pair, norm_padding, dilation_pair, ceil_mode)
+
+
+def pool_spec(in_size: Sequence[int], args: PoolArgs) -> PoolSpec:
+    """Resolve padding and output size of a pooling grid for ``in_size`` (H, W)."""
+    in_hw = (int(in_size[0]), int(in_size[1]))
+    begin, end, out = [], [], []
+    for axis in range(2):
+        n, k, s, d = in_hw[axis], args.kernel[axis], args.stride[axis], args.dilation[axis]
+        if isinstance(args.padding, str) and args.padding.startswith('same'):
+            b, e, o = same_padding(n, k, s, d, lower=args.padding == 'same_lower')
+        else:
+            p = 0 if args.padding == 'valid' else args.padding[axis]  # type: ignore[index]
+            if n + 2 * p < effective_kernel(k, d):
+                raise ValueError(
+                    f'kernel_size={args.kernel} with dilation={args.dilation} is larger '
+                    f'than the padded input {tuple(i + 2 * q for i, q in zip(in_hw, [p, p]))} '
+                    f'(input {in_hw}, padding {p}); the output would be empty')
+            b = e = p
+            o = pool_output_size(n, k, s, p, d, args.ceil_mode)
+        if o < 1:
+            raise ValueError(f'pooling input {in_hw} with kernel_size={args.kernel}, '
+                             f'stride={args.stride}, padding={args.padding!r} gives an '
+                             f'empty output')
+        begin.append(b)
+        end.append(e)
+        out.append(o)
+    return PoolSpec(args, in_hw, tuple(out), tuple(begin), tuple(end))  # type: ignore[arg-type]
+
+
+def avg_divisor(out_index: int, in_size: int, kernel: int, stride: int, pad_begin: int,
+                pad_end: int, count_include_pad: bool) -> int:
+    """Per-axis factor of the average-pool divisor (PyTorch's border rule).
+
+    A window spans ``[o*s - pad_begin, o*s - pad_begin + k)``, cut at ``in + pad_end``;
+    with ``count_include_pad`` the cut window counts, otherwise only input cells.
+    """
+    start = out_index * stride - pad_begin
+    end = min(start + kernel, in_size + pad_end)
+    if count_include_pad:
+        return end - start
+    return min(end, in_size) - max(start, 0)
+
+
+def first_valid_tap(out_index: int, in_size: int, stride: int, pad_begin: int,
+                    dilation: int) -> int:
+    """First in-bounds input index of a max-pool window (PyTorch's default argmax)."""
+    start = out_index * stride - pad_begin
+    if start < 0:
+        start += -(-(-start) // dilation) * dilation
+    return start
+
+
+def adaptive_output_size(in_size: Sequence[int], output_size) -> Pair:
+    """Normalise ``output_size`` of adaptive pooling (None keeps the input size)."""
+    if output_size is None:
+        raise ValueError('output_size must be an int or a pair (entries may be None), got None')
+    if _is_int(output_size):
+        values = [output_size, output_size]
+    elif isinstance(output_size, (tuple, list)) or _is_size_like(output_size):
+        values = list(output_size)
+        if len(values) != 2:
+            raise ValueError(f'output_size must be an int or a pair, got {output_size!r}')
+    else:
+        raise TypeError(f'output_size must be an int or a pair of ints/None, '
+                        f'got {output_size!r} ({type(output_size).__name__})')
+    result = []
+    for v, n in zip(values, in_size):
+        if v is None:
+            result.append(int(n))
+            continue
+        v = _to_int(v, 'output_size')
+        if v < 1:
+            raise ValueError(f'output_size must be >= 1, got {output_size!r}')
+        result.append(v)
+    return tuple(result)  # type: ignore[return-value]
+
+
+def check_adaptive_output_size(output_size) -> None:
+    """Static check of an adaptive pooling ``output_size`` (None entries allowed)."""
+    adaptive_output_size((1, 1), output_size)

@@ -1,0 +1,111 @@
+"""Pooling ops: ``max_pool2d``, ``avg_pool2d`` and ``adaptive_avg_pool2d``.
+
+Same signatures and semantics as ``torch.nn.functional``, plus the ONNX ``auto_pad``
+padding strings (``'valid'``, ``'same'`` = ``'same_upper'``, ``'same_lower'``), a
+``precision`` setting and a ``backend`` choice.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .. import backends
+from ..precision import normalize_precision, run_with_precision
+from . import geometry as geo
+from .inputs import INTEGER_DTYPES, check_input
+
+
+def check_divisor_override(divisor_override) -> None:
+    """``divisor_override`` is None or a non-zero int."""
+    if divisor_override is None:
+        return
+    if isinstance(divisor_override, bool) or not geo._is_int(divisor_override):
+        raise TypeError(f'divisor_override must be None or a non-zero int, got '
+                        f'{divisor_override!r}')
+    if int(divisor_override) == 0:
+        raise ValueError('divisor_override must be None or a non-zero int, got 0')
+
+
+def max_pool2d(input: torch.Tensor, kernel_size, stride=None, padding=0, dilation=1,
+               ceil_mode: bool = False, return_indices: bool = False, *, precision=None,
+               backend: str = 'auto'):
+    """2-D max pooling exactly as ``F.max_pool2d``.
+
+    Args:
+        input: ``(N, C, H, W)`` or ``(C, H, W)`` floating or integer tensor.
+        kernel_size, stride, dilation: int or pair; ``stride`` defaults to the kernel.
+        padding: int or pair (at most half the kernel, PyTorch's rule), or
+            ``'valid'``, ``'same'``/``'same_upper'``, ``'same_lower'`` (ONNX ``auto_pad``:
+            output ``ceil(in / stride)``, the odd padded cell at the end or the start;
+            padded cells never win).
+        ceil_mode: ceil instead of floor in the output size (ignored by SAME padding,
+            whose output size is exact).
+        return_indices: also return int64 flat indices into each input ``H * W`` plane
+            (PyTorch's format, also for SAME padding).
+        precision: compute dtype, None defers to the policy's ``max`` entry.
+        backend: ``'auto'``, ``'native'`` or ``'reference'``.
+
+    Returns:
+        ``(N, C, H_out, W_out)`` values (and indices). NaN propagates.
+    """
+    check_input(input, 'max_pool2d', ranks=(3, 4), integer_dtypes=INTEGER_DTYPES)
+    args = geo.check_pool_args(kernel_size, stride, padding, dilation, ceil_mode)
+    if not isinstance(return_indices, bool):
+        raise TypeError(f'return_indices must be True or False, got {return_indices!r}')
+    normalize_precision(precision)
+    impl = backends.get_backend(backend)
+    spec = geo.pool_spec(input.shape[-2:], args)
+    return run_with_precision(
+        'max', precision, input, lambda x: impl.max_pool2d(x, spec, return_indices),
+        probe_key='max_pool2d', probe=lambda t: F.max_pool2d(t, 2))
+
+
+def avg_pool2d(input: torch.Tensor, kernel_size, stride=None, padding=0,
+               ceil_mode: bool = False, count_include_pad: bool = True, divisor_override=None,
+               *, precision=None, backend: str = 'auto') -> torch.Tensor:
+    """2-D average pooling exactly as ``F.avg_pool2d``.
+
+    Args:
+        input: ``(N, C, H, W)`` or ``(C, H, W)`` floating tensor.
+        kernel_size, stride, ceil_mode: as ``F.avg_pool2d``.
+        padding: int or pair (at most half the kernel), or a padding string as in
+            :func:`max_pool2d`. With SAME padding, ``count_include_pad`` follows ONNX:
+            True divides every window by ``kH * kW``, False by its number of input cells.
+        count_include_pad: whether padded cells count in the divisor.
+        divisor_override: a non-zero int used as the divisor for every window.
+        precision: compute dtype, None defers to the policy's ``avg`` entry (default
+            ``'fp32'``: fp16/bf16 inputs are averaged in float32).
+        backend: ``'auto'``, ``'native'`` or ``'reference'``.
+    """
+    check_input(input, 'avg_pool2d', ranks=(3, 4))
+    args = geo.check_pool_args(kernel_size, stride, padding, 1, ceil_mode)
+    if not isinstance(count_include_pad, bool):
+        raise TypeError(f'count_include_pad must be True or False, got {count_include_pad!r}')
+    check_divisor_override(divisor_override)
+    normalize_precision(precision)
+    impl = backends.get_backend(backend)
+    spec = geo.pool_spec(input.shape[-2:], args)
+    return run_with_precision(
+        'avg', precision, input,
+        lambda x: impl.avg_pool2d(x, spec, count_include_pad, divisor_override),
+        probe_key='avg_pool2d', probe=lambda t: F.avg_pool2d(t, 2))
+
+
+def adaptive_avg_pool2d(input: torch.Tensor, output_size, *, precision=None,
+                        backend: str = 'auto') -> torch.Tensor:
+    """Adaptive average pooling exactly as ``F.adaptive_avg_pool2d``.
+
+    Args:
+        input: ``(N, C, H, W)`` or ``(C, H, W)`` floating tensor.
+        output_size: int or pair; a None entry keeps that input size. Bin ``i`` of an
+            axis averages input ``[floor(i*in/out), ceil((i+1)*in/out))``.
+        precision: compute dtype, None defers to the policy's ``avg`` entry.
+        backend: ``'auto'``, ``'native'`` or ``'reference'``.
+    """
+    check_input(input, 'adaptive_avg_pool2d', ranks=(3, 4))
+    out_hw = geo.adaptive_output_size(input.shape[-2:], output_size)
+    normalize_precision(precision)
+    impl = backends.get_backend(backend)
+    return run_with_precision(
+        'avg', precision, input, lambda x: impl.adaptive_avg_pool2d(x, out_hw),
+        probe_key='adaptive_avg_pool2d', probe=lambda t: F.adaptive_avg_pool2d(t, 2))
