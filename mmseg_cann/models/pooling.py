@@ -1,0 +1,116 @@
+"""Pooling modules backed by :mod:`mmseg_cann.ops.pooling`.
+
+Each is a subclass of the ``torch.nn`` module it replaces (same constructor, same
+attributes, ``isinstance`` checks keep working), adds the padding strings where they
+apply, a ``precision`` setting and a ``backend`` choice, and holds no state.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..backends import check_backend
+from ..ops import geometry as geo
+from ..ops.pooling import adaptive_avg_pool2d, avg_pool2d, check_divisor_override, max_pool2d
+from ..precision import normalize_precision, precision_name
+
+
+def _extras_repr(module) -> str:
+    parts = []
+    if module.precision is not None:
+        parts.append(f'precision={precision_name(normalize_precision(module.precision))!r}')
+    if module.backend != 'auto':
+        parts.append(f'backend={module.backend!r}')
+    return ''.join(', ' + p for p in parts)
+
+
+def _check_extras(precision, backend) -> None:
+    normalize_precision(precision)
+    check_backend(backend)
+
+
+class CANNMaxPool2d(nn.MaxPool2d):
+    """``nn.MaxPool2d`` with exact PyTorch semantics on every device.
+
+    Args:
+        kernel_size, stride, padding, dilation, return_indices, ceil_mode: as
+            ``nn.MaxPool2d``; ``padding`` also takes ``'valid'``, ``'same'``,
+            ``'same_upper'`` and ``'same_lower'`` (ONNX ``auto_pad``).
+        precision: compute dtype (None defers to the policy's ``max`` entry).
+        backend: ``'auto'``, ``'native'`` or ``'reference'``.
+
+    Shape:
+        ``(N, C, H, W)`` or ``(C, H, W)`` -> ``(N, C, H_out, W_out)`` or ``(C, H_out, W_out)``.
+    """
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
+                 return_indices: bool = False, ceil_mode: bool = False, *, precision=None,
+                 backend: str = 'auto') -> None:
+        geo.check_pool_args(kernel_size, stride, padding, dilation, ceil_mode)
+        _check_extras(precision, backend)
+        super().__init__(kernel_size, stride, padding, dilation, return_indices, ceil_mode)
+        self.precision = precision
+        self.backend = backend
+
+    def forward(self, input: torch.Tensor):
+        return max_pool2d(input, self.kernel_size, self.stride, self.padding, self.dilation,
+                          self.ceil_mode, self.return_indices, precision=self.precision,
+                          backend=self.backend)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + _extras_repr(self)
+
+
+class CANNAvgPool2d(nn.AvgPool2d):
+    """``nn.AvgPool2d`` with exact PyTorch semantics on every device.
+
+    Args:
+        kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override: as
+            ``nn.AvgPool2d``; ``padding`` also takes the padding strings (SAME with ONNX
+            ``count_include_pad`` semantics).
+        precision: compute dtype (None defers to the policy's ``avg`` entry).
+        backend: ``'auto'``, ``'native'`` or ``'reference'``.
+    """
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+                 count_include_pad: bool = True, divisor_override=None, *, precision=None,
+                 backend: str = 'auto') -> None:
+        geo.check_pool_args(kernel_size, stride, padding, 1, ceil_mode)
+        check_divisor_override(divisor_override)
+        _check_extras(precision, backend)
+        super().__init__(kernel_size, stride, padding, ceil_mode, count_include_pad,
+                         divisor_override)
+        self.precision = precision
+        self.backend = backend
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                          self.count_include_pad, self.divisor_override,
+                          precision=self.precision, backend=self.backend)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + _extras_repr(self)
+
+
+class CANNAdaptiveAvgPool2d(nn.AdaptiveAvgPool2d):
+    """``nn.AdaptiveAvgPool2d`` with exact PyTorch semantics on every device.
+
+    Args:
+        output_size: int or pair (None entries keep the input size).
+        precision: compute dtype (None defers to the policy's ``avg`` entry).
+        backend: ``'auto'``, ``'native'`` or ``'reference'``.
+    """
+
+    def __init__(self, output_size, *, precision=None, backend: str = 'auto') -> None:
+        geo.check_adaptive_output_size(output_size)
+        _check_extras(precision, backend)
+        super().__init__(output_size)
+        self.precision = precision
+        self.backend = backend
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return adaptive_avg_pool2d(input, self.output_size, precision=self.precision,
+                                   backend=self.backend)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + _extras_repr(self)
