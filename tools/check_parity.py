@@ -1,0 +1,84 @@
+#!/usr/bin/env python
+"""Check that mmseg_cann's ops match PyTorch semantics on a device.
+
+Runs every op, mode and ``align_corners`` setting over the awkward and typical shapes
+on the chosen device, compares each result with the float64 reference computed on CPU,
+prints a table and exits non-zero on any failure.
+
+    python tools/check_parity.py                         # CPU, float32/float16/bfloat16
+    python tools/check_parity.py --device cuda --dtype float32 float16 --json parity.json
+    python tools/check_parity.py --device npu            # on an Ascend machine (torch_npu)
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+
+import torch
+
+DTYPES = {'float64': torch.float64, 'float32': torch.float32, 'float16': torch.float16,
+          'bfloat16': torch.bfloat16}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--device', default='cpu', choices=['cpu', 'cuda', 'npu'])
+    parser.add_argument('--dtype', nargs='+', default=['float32', 'float16', 'bfloat16'],
+                        choices=sorted(DTYPES), help='dtypes to test (default: %(default)s)')
+    parser.add_argument('--json', metavar='OUT', help='write every result as JSON here')
+    parser.add_argument('--quick', action='store_true',
+                        help='awkward shapes only (no typical shapes or scale factors)')
+    parser.add_argument('--failures-only', action='store_true',
+                        help='print only failing rows (the summary is always printed)')
+    return parser.parse_args(argv)
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device for ``name``, with a clear message when it is not available."""
+    if name == 'cuda' and not torch.cuda.is_available():
+        raise SystemExit('check_parity: --device cuda requested but no CUDA device is available')
+    if name == 'npu':
+        try:
+            import torch_npu  # noqa: F401  (registers the npu device)
+        except Exception as exc:  # torch_npu fails to import without the CANN runtime
+            raise SystemExit(f'check_parity: --device npu needs torch_npu and the CANN '
+                             f'runtime ({type(exc).__name__}: {exc})')
+        if not torch.npu.is_available():
+            raise SystemExit('check_parity: torch_npu is installed but no NPU is available')
+    return torch.device(name)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from mmseg_cann.utils import parity
+
+    device = resolve_device(args.device)
+    dtypes = [DTYPES[d] for d in args.dtype]
+    cases = parity.build_cases(quick=args.quick)
+    start = time.perf_counter()
+    results = parity.run_all(cases, device, dtypes)
+    elapsed = time.perf_counter() - start
+    print(parity.format_table(results, failures_only=args.failures_only))
+    summary = parity.summarize(results)
+    print()
+    print(f'device={device} dtypes={",".join(args.dtype)} cases={summary["total"]} '
+          f'failed={summary["failed"]} ({elapsed:.1f} s)')
+    for group, stats in summary['groups'].items():
+        print(f'  {group:32s} cases={stats["cases"]:4d} failed={stats["failed"]:3d} '
+              f'max abs err={stats["max_abs_err"]:.3g}')
+    print(f'  nearest index rules seen: {", ".join(summary["nearest_rules_seen"]) or "-"}')
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump({'device': str(device), 'dtypes': args.dtype, 'summary': summary,
+                       'results': [dataclasses.asdict(r) for r in results]}, f, indent=1,
+                      default=str)
+        print(f'wrote {args.json}')
+    print('PARITY OK' if summary['failed'] == 0 else 'PARITY FAILED')
+    return 0 if summary['failed'] == 0 else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
