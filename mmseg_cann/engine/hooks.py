@@ -1,0 +1,76 @@
+"""``CANNOpsHook``: convert the runner's model and apply the precision policy.
+
+Usage in a config::
+
+    custom_imports = dict(imports=['mmseg_cann'], allow_failed_imports=False)
+    custom_hooks = [dict(type='CANNOpsHook', pool_precision=dict(max='fp16', avg='fp32'))]
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+from mmengine.hooks import Hook
+
+from ..convert import convert_model, unwrap_model
+from ..precision import PrecisionLike, set_precision_policy
+
+
+class CANNOpsHook(Hook):
+    """Converts the runner's model to CANN ops before training, validation and testing.
+
+    Args:
+        pool_precision: ``dict(max=..., avg=...)``, installed as the process-wide
+            precision policy for the run (None keeps the current policy).
+        upsample_precision: the policy's ``upsample`` entry (None keeps it).
+        upsample, pooling, resize: what :func:`mmseg_cann.convert_model` converts.
+
+    The conversion runs once (the first of ``before_run``/``before_train``/``before_val``/
+    ``before_test`` that sees an unconverted model) and its report is logged once.
+    """
+
+    priority = 'VERY_HIGH'
+
+    def __init__(self, pool_precision: Optional[Mapping[str, PrecisionLike]] = None,
+                 upsample_precision: PrecisionLike = None, upsample: bool = True,
+                 pooling: bool = True, resize: bool = True) -> None:
+        from ..precision import PrecisionPolicy
+        # validate now, so a bad config fails when the hook is built
+        PrecisionPolicy().updated(pool_precision, upsample_precision)
+        self.pool_precision = dict(pool_precision) if pool_precision is not None else None
+        self.upsample_precision = upsample_precision
+        self.upsample = upsample
+        self.pooling = pooling
+        self.resize = resize
+        self.report = None
+
+    def _convert(self, runner) -> None:
+        model = unwrap_model(runner.model)
+        if getattr(model, 'cann_conversion_report', None) is not None:
+            self.report = model.cann_conversion_report
+            return
+        if self.pool_precision is not None or self.upsample_precision is not None:
+            set_precision_policy(self.pool_precision, self.upsample_precision)
+        convert_model(runner.model, upsample=self.upsample, pooling=self.pooling,
+                      resize=self.resize, logger=runner.logger)
+        self.report = model.cann_conversion_report
+
+    def before_run(self, runner) -> None:
+        self._convert(runner)
+
+    def before_train(self, runner) -> None:
+        self._convert(runner)
+
+    def before_val(self, runner) -> None:
+        self._convert(runner)
+
+    def before_test(self, runner) -> None:
+        self._convert(runner)
+
+
+def register_hooks() -> None:
+    """Register :class:`CANNOpsHook` in mmseg's and mmengine's root ``HOOKS`` (idempotent)."""
+    from mmengine.registry import HOOKS as ROOT_HOOKS
+    from mmseg.registry import HOOKS as MMSEG_HOOKS
+    for registry in (MMSEG_HOOKS, ROOT_HOOKS):
+        if registry.module_dict.get('CANNOpsHook') is not CANNOpsHook:
+            registry.register_module(module=CANNOpsHook, force=True)
