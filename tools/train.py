@@ -9,7 +9,7 @@ checkpoint loading under torch >= 2.6); ``--data-root`` points every dataloader'
 (wrapped ones too) at DIR; on a machine without a GPU/NPU an AmpOptimWrapper is swapped
 for OptimWrapper (AMP needs an accelerator; the config's CANN precision settings still
 apply). Distributed: ``torchrun --nproc-per-node N tools/train.py CONFIG --launcher pytorch``
-(gloo on CPU).
+(without a GPU/NPU: gloo, CPU DDP, BN for SyncBN).
 """
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ def build_config(args):
     from mmengine.config import Config
 
     import mmseg_cann  # noqa: F401  (registers modules and hooks)
-    from mmseg_cann.utils.config import set_data_root, use_cpu_optim_wrapper
+    from mmseg_cann.utils.config import (set_data_root, use_cpu_distributed,
+                                         use_cpu_optim_wrapper)
 
     cfg = Config.fromfile(args.config)
     cfg.launcher = args.launcher
@@ -63,8 +64,10 @@ def build_config(args):
         elif wrapper != 'AmpOptimWrapper':
             raise SystemExit(f'--amp is only supported with OptimWrapper, got {wrapper}')
     if use_cpu_optim_wrapper(cfg):
-        print('train.py: no GPU/NPU here: AmpOptimWrapper replaced by OptimWrapper '
+        print('no GPU/NPU here: AmpOptimWrapper replaced by OptimWrapper '
               '(the CANN precision settings still apply)')
+    if use_cpu_distributed(cfg):
+        print('no GPU/NPU here: distributed run on CPU processes (gloo, BN for SyncBN)')
     return cfg
 
 def main(argv=None) -> int:

@@ -5,6 +5,8 @@
 * :func:`use_cpu_optim_wrapper` swaps ``AmpOptimWrapper`` (which asserts that a GPU or an
   NPU exists) for ``OptimWrapper`` on machines without one; the precision settings of
   the ``CANNOpsHook`` still apply;
+* :func:`use_cpu_distributed` makes a distributed config run on CPU processes (gloo,
+  DDP without device ids, BatchNorm instead of SyncBN, which needs a GPU);
 * :func:`shrink_for_cpu` turns a full-size config into a quick CPU run: small crops and
   image scales, a few iterations, no pretrained download, no worker processes.
 """
@@ -67,6 +69,38 @@ def use_cpu_optim_wrapper(cfg) -> bool:
     for key in ('loss_scale', 'dtype', 'use_fsdp'):
         wrapper.pop(key, None)
     wrapper['type'] = 'OptimWrapper'
+    return True
+
+
+def _sync_bn_to_bn(node) -> int:
+    count = 0
+    if isinstance(node, dict):
+        if node.get('type') == 'SyncBN':
+            node['type'] = 'BN'
+            count += 1
+        for value in node.values():
+            count += _sync_bn_to_bn(value)
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            count += _sync_bn_to_bn(value)
+    return count
+
+
+def use_cpu_distributed(cfg) -> bool:
+    """Adapt a config launched with a distributed launcher to CPU-only processes.
+
+    Without a GPU/NPU: the process group uses gloo, ``MMDistributedDataParallel`` gets
+    ``device_ids=None`` (CPU modules), and ``SyncBN`` becomes ``BN`` (PyTorch's SyncBN
+    runs on GPUs only). Returns whether the config was changed.
+    """
+    if cfg.get('launcher', 'none') == 'none' or accelerator_available():
+        return False
+    env_cfg = cfg.setdefault('env_cfg', {})
+    env_cfg.setdefault('dist_cfg', {})['backend'] = 'gloo'
+    wrapper = cfg.get('model_wrapper_cfg') or dict(type='MMDistributedDataParallel')
+    wrapper['device_ids'] = None
+    cfg.model_wrapper_cfg = wrapper
+    _sync_bn_to_bn(cfg.model)
     return True
 
 
