@@ -116,7 +116,7 @@ def execute_max_pool2d(plan: Plan, x: torch.Tensor, spec: geo.PoolSpec,
     y, restore = _enter(plan, x)
     if plan.indices_on_cpu and return_indices and y.device.type != 'cpu':
         values, index = native.max_pool2d(y.cpu(), spec, True)
-        return restore(values.to(x.device)), index.to(x.device)
+        return restore(values.to(x.device)), restore(index.to(x.device))
     result = native.max_pool2d(y, spec, return_indices)
     if not return_indices:
         return restore(result)
@@ -127,7 +127,7 @@ def execute_max_pool2d(plan: Plan, x: torch.Tensor, spec: geo.PoolSpec,
                                       'recomputing PyTorch indices on the CPU')
         values, index = native.max_pool2d(y.cpu(), spec, True)
         values, index = values.to(x.device), index.to(x.device)
-    return restore(values), index
+    return restore(values), restore(index)
 
 
 def execute_avg_pool2d(plan: Plan, x: torch.Tensor, spec: geo.PoolSpec,
