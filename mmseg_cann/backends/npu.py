@@ -12,6 +12,8 @@ Every plan with a ``fallback`` reason is recorded with
 """
 from __future__ import annotations
 
+import contextvars
+from contextlib import contextmanager
 from typing import Optional
 
 import torch
@@ -85,8 +87,21 @@ def _enter(plan: Plan, x: torch.Tensor):
     return y, restore
 
 
+_muted: contextvars.ContextVar = contextvars.ContextVar('mmseg_cann_npu_muted', default=False)
+
+
+@contextmanager
+def fallbacks_muted():
+    """Run plans without recording their fallbacks (the tuner's timing runs)."""
+    token = _muted.set(True)
+    try:
+        yield
+    finally:
+        _muted.reset(token)
+
+
 def _note_fallback(plan: Plan) -> None:
-    if plan.fallback:
+    if plan.fallback and not _muted.get():
         record_fallback(plan.op, plan.fallback)
 
 

@@ -134,10 +134,6 @@ def _check_common(shape: Sequence[int], dtype: torch.dtype, memory_format: str,
         raise ValueError(f'shape must be (C, H, W) or (N, C, H, W), got {tuple(shape)}')
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace('torch.', '')
-
-
 # ----------------------------------------------------------------------------------
 # upsample
 # ----------------------------------------------------------------------------------
@@ -366,7 +362,3 @@ def pool_candidates(op: str, memory_format: str, out_size=None) -> Tuple[Plan, .
     if op == 'adaptive_avg_pool2d' and tuple(out_size) == (1, 1):
         forms.append(Plan(op, 'mean'))
     return tuple(forms) + tuple(replace(p, layout=other) for p in forms)
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return _dtype_name(dtype)

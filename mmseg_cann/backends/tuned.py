@@ -75,7 +75,7 @@ def _same(a, b) -> bool:
 
 
 def _time(run: Callable[[], object], device: torch.device) -> Tuple[float, object]:
-    with torch.no_grad():
+    with torch.no_grad(), npu.fallbacks_muted():
         out = run()
         times = []
         for _ in range(TIMED_RUNS):

@@ -91,6 +91,7 @@ class SiteRecorder:
         self._counter = 0
         self._paths = {id(m): p for p, m in model.named_modules()}
         self._undo: List = []
+        self._plans: Dict[tuple, str] = {}
 
     # -- site labelling -------------------------------------------------------------
     def _open(self, label: str):
@@ -175,8 +176,15 @@ class SiteRecorder:
         self._undo.append(lambda: setattr(backends, 'get_backend', original))
 
     def describe(self, op: str, x: torch.Tensor, spec=None, **kw) -> str:
+        """The plan line for this call, memoised so that profiled iterations (after the
+        warm-up) do not pay for planning inside the timed range."""
         from ..backends.npu import plan_for
-        return plan_for(op, x.detach(), spec, caps=self.caps, **kw).describe()
+        from ..backends.npu_plan import memory_format_of
+        key = (op, tuple(x.shape), x.dtype, memory_format_of(x), repr(spec),
+               tuple(sorted(kw.items())))
+        if key not in self._plans:
+            self._plans[key] = plan_for(op, x.detach(), spec, caps=self.caps, **kw).describe()
+        return self._plans[key]
 
 
 class _RecordingBackend:

@@ -134,3 +134,21 @@ def test_explicit_cache_file_variable(tmp_path, monkeypatch):
     finally:
         tuned.reset_tuning_state()
     assert target.exists()
+
+
+def test_timing_runs_do_not_count_as_fallbacks(cache_dir, monkeypatch):
+    from mmseg_cann.backends import npu
+    from mmseg_cann.backends.npu_device import DeviceCaps
+    from mmseg_cann.utils import fallback_counts, reset_fallbacks
+    plan_for = npu.plan_for
+    # plan as on an A2 chip: a 2x bilinear resize is a documented fallback there
+    monkeypatch.setattr(npu, 'plan_for', lambda op, x, spec=None, **kw: plan_for(
+        op, x, spec, caps=DeviceCaps.npu('A2'), **kw))
+    reset_fallbacks()
+    x = make_input((1, 2, 8, 8))
+    ops.upsample(x, size=(16, 16), mode='bilinear', backend='tuned')
+    # the planner's (fallback) plan is timed 4 times; only a real call may count, and only
+    # when the tuner picked that plan
+    (entry,) = _entries(cache_dir)[1].values()
+    expected = 1 if entry['plan'] == 'size' else 0
+    assert sum(fallback_counts().values()) == expected
