@@ -10,6 +10,9 @@ A backend is a module with four functions taking already validated specs from
     the same, named explicitly.
 ``'reference'``
     the float64 reference written from the formulas (slow; for checking).
+``'triton'``
+    the Triton kernels of :mod:`mmseg_cann.kernels` (CUDA, Ascend through triton-ascend,
+    CPU under ``TRITON_INTERPRET=1``); see :mod:`.triton`.
 
 Names reserved for backends that are not available yet raise a clear error.
 """
@@ -18,10 +21,11 @@ from __future__ import annotations
 from types import ModuleType
 
 from . import native, reference
+from . import triton as triton_backend
 
-BACKENDS = {'native': native, 'reference': reference}
+BACKENDS = {'native': native, 'reference': reference, 'triton': triton_backend}
 #: names accepted in the future; asking for them now is an error that says so
-RESERVED_BACKENDS = ('triton', 'tuned', 'npu', 'compiled')
+RESERVED_BACKENDS = ('tuned', 'npu', 'compiled')
 BACKEND_NAMES = ('auto',) + tuple(BACKENDS)
 
 

@@ -20,21 +20,24 @@ before any kernel runs. Backends (``backend=``):
     input that needs a gradient takes the native path (counted as a fallback).
 ``'reference'``
     float64 from :mod:`.reference` (slow; for checking).
+``'triton'``
+    one Triton kernel per op (:mod:`mmseg_cann.backends.triton`; not differentiable).
 """
 from __future__ import annotations
 
 import torch
 
 from ..backends import fused as fused_backend
-from ..backends import native, reference as reference_backend
+from ..backends import native, reference as reference_backend, triton as triton_backend
 from ..utils import record_fallback
 from . import geometry as geo
 from .inputs import check_input
 
 #: interpolation modes of the fused ops
 FUSED_MODES = ('nearest', 'nearest-exact', 'bilinear')
-FUSED_BACKENDS = ('auto', 'native', 'fused', 'reference')
-_IMPLS = {'native': native, 'fused': fused_backend, 'reference': reference_backend}
+FUSED_BACKENDS = ('auto', 'native', 'fused', 'reference', 'triton')
+_IMPLS = {'native': native, 'fused': fused_backend, 'reference': reference_backend,
+          'triton': triton_backend}
 
 
 def _check_mode(name: str, mode, align_corners) -> geo.UpsampleArgs:
@@ -64,8 +67,8 @@ def _needs_grad(*tensors: torch.Tensor) -> bool:
 def _pick(name: str, backend: str, *tensors: torch.Tensor):
     if backend == 'auto':
         backend = 'native' if _needs_grad(*tensors) else 'fused'
-    elif backend == 'fused' and _needs_grad(*tensors):
-        record_fallback(name, "the 'fused' backend is not differentiable; inputs that "
+    elif backend in ('fused', 'triton') and _needs_grad(*tensors):
+        record_fallback(name, f'the {backend!r} backend is not differentiable; inputs that '
                               'need a gradient use the native (unfused) computation')
         backend = 'native'
     return _IMPLS[backend]
