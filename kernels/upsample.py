@@ -233,7 +233,8 @@ def upsample_argmax(x, out_hw, taps_h, taps_w, nearest: bool):
         th, tw = _taps(taps_h, x.device), _taps(taps_w, x.device)
         grid, nprog, iters = _loop(total, x.device)
         upsample_argmax_kernel[grid](
-            x, out, *th, *tw, total, nprog, iters, c, H, W, *x.stride(), NEAREST=nearest, BLOCK=BLOCK)
+            x, out, *th, *tw, total, nprog, iters, c, H, W, *x.stride(), NEAREST=nearest,
+            BLOCK=BLOCK)
     return out.long()
 
 
