@@ -16,6 +16,9 @@ A backend is a module with four functions taking already validated specs from
 ``'tuned'``
     the fastest bit-identical call form per shape, measured once and cached on disk
     (:mod:`.tuned`).
+``'triton'``
+    the Triton kernels of :mod:`mmseg_cann.kernels` (CUDA, Ascend through triton-ascend,
+    CPU under ``TRITON_INTERPRET=1``); see :mod:`.triton`.
 
 Names reserved for backends that are not available yet raise a clear error.
 """
@@ -24,10 +27,12 @@ from __future__ import annotations
 from types import ModuleType
 
 from . import auto, native, npu, reference, tuned
+from . import triton as triton_backend
 
-BACKENDS = {'native': native, 'reference': reference, 'npu': npu, 'tuned': tuned}
+BACKENDS = {'native': native, 'reference': reference, 'npu': npu, 'tuned': tuned,
+            'triton': triton_backend}
 #: names accepted in the future; asking for them now is an error that says so
-RESERVED_BACKENDS = ('triton', 'compiled')
+RESERVED_BACKENDS = ('compiled',)
 BACKEND_NAMES = ('auto',) + tuple(BACKENDS)
 
 
