@@ -109,7 +109,8 @@ class PrecisionPolicy:
         return replace(self, **changes)
 
     def to_config(self) -> dict:
-        """The config form: ``dict(pool_precision=dict(max=..., avg=...), upsample_precision=...)``."""
+        """The config form: ``dict(pool_precision=dict(max=..., avg=...),
+        upsample_precision=...)``."""
         return dict(pool_precision=dict(max=precision_name(self.max),
                                         avg=precision_name(self.avg)),
                     upsample_precision=precision_name(self.upsample))

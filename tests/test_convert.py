@@ -1,6 +1,5 @@
 """convert_model on real mmseg models: replacement, exactness, state, wrappers, routing."""
 import copy
-import os
 import warnings
 
 import pytest

@@ -215,7 +215,8 @@ def test_max_pooling_exact_in_every_policy_that_holds_the_input(dtype, settings)
 # ----------------------------------------------------------------------------------
 def _pairs():
     return [
-        (CANNUpsample(scale_factor=2, mode='bilinear'), nn.Upsample(scale_factor=2, mode='bilinear')),
+        (CANNUpsample(scale_factor=2, mode='bilinear'),
+         nn.Upsample(scale_factor=2, mode='bilinear')),
         (CANNMaxPool2d(3, 2, 1), nn.MaxPool2d(3, 2, 1)),
         (CANNAvgPool2d(3, 2, 1), nn.AvgPool2d(3, 2, 1)),
         (CANNAdaptiveAvgPool2d(2), nn.AdaptiveAvgPool2d(2)),

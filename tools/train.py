@@ -18,33 +18,45 @@ import os
 import os.path as osp
 import sys
 
-def parse_args(argv=None):
+
+def add_common_args(parser) -> None:
+    """Options shared by tools/train.py and tools/test.py."""
     from mmengine.config import DictAction
-    parser = argparse.ArgumentParser(description='Train a segmentor')
-    parser.add_argument('config', help='train config file path')
-    parser.add_argument('--work-dir', help='the dir to save logs and models')
     parser.add_argument('--data-root', help='dataset root for every dataloader')
-    parser.add_argument('--resume', action='store_true', default=False,
-                        help='resume from the latest checkpoint in the work dir')
-    parser.add_argument('--amp', action='store_true', default=False,
-                        help='enable automatic mixed precision (AmpOptimWrapper)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override settings in the config, key=value')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
                         default='none', help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+
+
+def parse_common(parser, argv=None):
+    """Parse, and export LOCAL_RANK for launchers that pass --local-rank."""
     args = parser.parse_args(argv)
     if 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = str(args.local_rank)
     return args
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Train a segmentor')
+    parser.add_argument('config', help='train config file path')
+    parser.add_argument('--work-dir', help='the dir to save logs and models')
+    parser.add_argument('--resume', action='store_true', default=False,
+                        help='resume from the latest checkpoint in the work dir')
+    parser.add_argument('--amp', action='store_true', default=False,
+                        help='enable automatic mixed precision (AmpOptimWrapper)')
+    add_common_args(parser)
+    return parse_common(parser, argv)
+
 
 def build_config(args):
     """The config with the command line applied (shared with tools/test.py)."""
     from mmengine.config import Config
 
     import mmseg_cann  # noqa: F401  (registers modules and hooks)
-    from mmseg_cann.utils.config import (set_data_root, use_cpu_distributed,
-                                         use_cpu_optim_wrapper)
+    from mmseg_cann.utils.config import (init_cpu_process_group, set_data_root,
+                                         use_cpu_distributed, use_cpu_optim_wrapper)
 
     cfg = Config.fromfile(args.config)
     cfg.launcher = args.launcher
@@ -68,7 +80,9 @@ def build_config(args):
               '(the CANN precision settings still apply)')
     if use_cpu_distributed(cfg):
         print('no GPU/NPU here: distributed run on CPU processes (gloo, BN for SyncBN)')
+        init_cpu_process_group()
     return cfg
+
 
 def main(argv=None) -> int:
     args = parse_args(argv)
@@ -79,6 +93,7 @@ def main(argv=None) -> int:
     runner = Runner.from_cfg(cfg)
     runner.train()
     return 0
+
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import cv2
 import numpy as np
@@ -48,7 +48,6 @@ class Layout:
     seg_suffix: str
     default_size: Tuple[int, int]  # (H, W) of generated images
     num_classes: int
-
 
 
 DATASETS: Dict[str, Layout] = {
@@ -149,8 +148,10 @@ def _ct_slice(rng: np.random.Generator, size: Tuple[int, int]) -> Tuple[np.ndarr
     for organ, (cy, cx), (ry, rx), level in ORGANS:
         if rng.random() < 0.15:  # organs are not on every slice
             continue
-        centre = (int((cx + rng.uniform(-0.03, 0.03)) * w), int((cy + rng.uniform(-0.03, 0.03)) * h))
-        axes = (max(2, int(rx * w * rng.uniform(0.8, 1.2))), max(2, int(ry * h * rng.uniform(0.8, 1.2))))
+        centre = (int((cx + rng.uniform(-0.03, 0.03)) * w),
+                  int((cy + rng.uniform(-0.03, 0.03)) * h))
+        axes = (max(2, int(rx * w * rng.uniform(0.8, 1.2))),
+                max(2, int(ry * h * rng.uniform(0.8, 1.2))))
         angle = rng.uniform(0, 180)
         cv2.ellipse(image, centre, axes, angle, 0, 360, float(level), -1)
         cv2.ellipse(label, centre, axes, angle, 0, 360, organ, -1)

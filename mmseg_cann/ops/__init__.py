@@ -11,5 +11,6 @@ from .pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from .upsample import upsample
 from .fused import upsample_add, upsample_argmax
 
-__all__ = ['upsample', 'upsample_add', 'upsample_argmax', 'max_pool2d', 'avg_pool2d', 'adaptive_avg_pool2d', 'geometry',
+__all__ = ['upsample', 'upsample_add', 'upsample_argmax', 'max_pool2d', 'avg_pool2d',
+           'adaptive_avg_pool2d', 'geometry',
            'reference']

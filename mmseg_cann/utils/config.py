@@ -104,6 +104,18 @@ def use_cpu_distributed(cfg) -> bool:
     return True
 
 
+def init_cpu_process_group() -> None:
+    """Start the gloo process group of a CPU distributed run (torchrun's env:// variables).
+
+    mmengine's ``pytorch`` launcher calls ``torch.cuda.set_device`` before creating the
+    group, which fails on a CPU-only torch; the Runner skips its own initialisation when
+    a group already exists.
+    """
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        dist.init_process_group(backend='gloo', init_method='env://')
+
+
 def _shrink_pipeline(pipeline, crop: Tuple[int, int], scale: Tuple[int, int]) -> None:
     for step in pipeline or []:
         kind = step.get('type')
@@ -130,11 +142,10 @@ def shrink_for_cpu(cfg, crop: Tuple[int, int], scale: Optional[Tuple[int, int]] 
     model['pretrained'] = None
     if isinstance(model.get('backbone'), dict):
         model['backbone'].pop('init_cfg', None)
-    preprocessor = model.get('data_preprocessor')
-    if preprocessor is not None:
-        preprocessor['size'] = crop
-    if 'data_preprocessor' in cfg:
-        cfg.data_preprocessor['size'] = crop
+    for preprocessor in (model.get('data_preprocessor'), cfg.get('data_preprocessor')):
+        # pad to the crop, unless the config pads to a size divisor instead
+        if preprocessor is not None and preprocessor.get('size_divisor') is None:
+            preprocessor['size'] = crop
     test_cfg = model.get('test_cfg')
     if test_cfg and test_cfg.get('mode') == 'slide':
         test_cfg['crop_size'] = crop

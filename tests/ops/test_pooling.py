@@ -178,7 +178,8 @@ def test_valid_padding_is_zero_padding():
 @pytest.mark.parametrize('memory_format', ['contiguous', 'channels_last'])
 def test_same_padding_keeps_layout(memory_format):
     x = make_input((1, 4, 7, 7), torch.float32, memory_format)
-    for fn in (lambda t: ops.max_pool2d(t, 2, 2, 'same'), lambda t: ops.avg_pool2d(t, 4, 3, 'same')):
+    for fn in (lambda t: ops.max_pool2d(t, 2, 2, 'same'),
+               lambda t: ops.avg_pool2d(t, 4, 3, 'same')):
         y = fn(x)
         assert y.is_contiguous(memory_format=torch.channels_last) == \
             (memory_format == 'channels_last')

@@ -21,7 +21,8 @@ def test_emulated_fp16_accumulation_matches_a_sequential_fp16_sum():
     acc = torch.tensor(0.0, dtype=torch.float16)
     for value in x.flatten():  # row-major, one rounding per addition
         acc = (acc.float() + value.float()).half()
-    assert float(got) == float((acc.float() * torch.tensor(1 / 16, dtype=torch.float16).float()).half())
+    weight = torch.tensor(1 / 16, dtype=torch.float16).float()
+    assert float(got) == float((acc.float() * weight).half())
     assert abs(float(got) - float(ref.avg_pool2d(x.double(), 4))) > 0
 
 
