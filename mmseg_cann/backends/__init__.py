@@ -40,4 +40,7 @@ def check_backend(name) -> str:
 def get_backend(name: str) -> ModuleType:
     """The backend module for ``name`` (``'auto'`` resolves to the native backend)."""
     check_backend(name)
-    return native if name == 'auto' else BACKENDS[name]
+    if name == 'auto':
+        from ..onnx.state import export_backend
+        return export_backend() or native
+    return BACKENDS[name]
