@@ -54,10 +54,30 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
             output_names=None if output_names is None else list(output_names),
             optimize=True, verbose=False)
     proto = program.model_proto
+    if dynamic:
+        _check_dynamic(proto)
     onnx.checker.check_model(proto, full_check=True)
     if path is not None:
         onnx.save(proto, os.fspath(path))
     return proto
+
+
+def _check_dynamic(proto) -> None:
+    """Refuse a 'dynamic' export whose spatial input dims came out fixed.
+
+    The CANN ops resolve their geometry (output sizes, pads, bins) to Python ints at
+    trace time, so torch.export specialises height and width to the example input; the
+    graph is then valid only for that size and is rejected rather than passed off as
+    dynamic.
+    """
+    for value in proto.graph.input:
+        dims = value.type.tensor_type.shape.dim
+        if len(dims) == 4 and all(d.HasField('dim_value') for d in dims[2:]):
+            raise ValueError(
+                f'dynamic=True: input {value.name!r} was specialised to the fixed size '
+                f'{[d.dim_param or d.dim_value for d in dims]} (the CANN ops resolve their geometry to '
+                'static sizes when traced); dynamic height/width export is not supported '
+                'yet, export one graph per input size')
 
 
 class _unwrapped_errors:
