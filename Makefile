@@ -35,7 +35,7 @@ $(STAMP): setup.py requirements/build.txt requirements/runtime.txt requirements/
 	@touch $@
 
 demo: env
-	$(PY) tools/check_parity.py
+	$(PY) tools/demo.py
 
 test: env
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -11,8 +11,10 @@ import importlib.util
 
 __all__ = ['triton_available', 'KERNELS']
 
-#: kernels shipped so far (op name -> module); empty until the first kernel lands
-KERNELS: dict = {}
+#: kernels shipped so far (op name -> module under mmseg_cann.kernels)
+KERNELS: dict = {'upsample': 'upsample', 'upsample_add': 'upsample',
+                 'upsample_argmax': 'upsample', 'upsample_backward': 'upsample',
+                 'max_pool2d': 'pooling', 'avg_pool2d': 'pooling'}
 
 
 def triton_available() -> bool:

@@ -12,6 +12,9 @@ from .precision import (PrecisionPolicy, get_precision_policy, precision_policy,
                         set_precision_policy)
 from .convert import convert_model, restore_resize, route_resize
 from .engine import CANNOpsHook
+from .utils.checkpoint import allow_mmengine_checkpoints
+
+allow_mmengine_checkpoints()  # mmengine checkpoints load with torch.load(weights_only=True)
 
 __all__ = ['__version__', 'ops', 'CANNUpsample', 'CANNMaxPool2d', 'CANNAvgPool2d',
            'CANNAdaptiveAvgPool2d', 'PrecisionPolicy', 'get_precision_policy',

@@ -8,6 +8,12 @@ prints a table and exits non-zero on any failure.
     python tools/check_parity.py                         # CPU, float32/float16/bfloat16
     python tools/check_parity.py --device cuda --dtype float32 float16 --json parity.json
     python tools/check_parity.py --device npu            # on an Ascend machine (torch_npu)
+    python tools/check_parity.py --quick --assume-chip A2   # CPU run, plus the A2 plans
+
+On ``--device npu`` the ops run through the NPU call planner (``backend='npu'``) and a
+``plan`` column shows each case's plan (call form -> kernel [fallback: reason]).
+``--assume-chip`` adds the plan column for an assumed Ascend generation without
+changing what runs.
 """
 from __future__ import annotations
 
@@ -33,7 +39,19 @@ def parse_args(argv=None):
                         help='awkward shapes only (no typical shapes or scale factors)')
     parser.add_argument('--failures-only', action='store_true',
                         help='print only failing rows (the summary is always printed)')
+    parser.add_argument('--assume-chip', choices=['A1', '310P', 'A2', 'A3', '310B'],
+                        help='show the plans for this Ascend generation (runs unchanged)')
     return parser.parse_args(argv)
+
+
+def plan_reporter(device: torch.device, assume_chip=None):
+    """``plan_fn`` for ``parity.run_all``: the NPU plan of each case, or None."""
+    if device.type != 'npu' and assume_chip is None:
+        return None
+    from mmseg_cann.backends.npu_calls import plan_for_call
+    from mmseg_cann.backends.npu_device import DeviceCaps, device_caps
+    caps = DeviceCaps.npu(assume_chip) if assume_chip else device_caps(device)
+    return lambda case, x: plan_for_call(case.op, x, case.kwargs, caps).describe()
 
 
 def resolve_device(name: str) -> torch.device:
@@ -59,7 +77,9 @@ def main(argv=None) -> int:
     dtypes = [DTYPES[d] for d in args.dtype]
     cases = parity.build_cases(quick=args.quick)
     start = time.perf_counter()
-    results = parity.run_all(cases, device, dtypes)
+    op_kwargs = dict(backend='npu') if device.type == 'npu' else None
+    results = parity.run_all(cases, device, dtypes, op_kwargs=op_kwargs,
+                             plan_fn=plan_reporter(device, args.assume_chip))
     elapsed = time.perf_counter() - start
     print(parity.format_table(results, failures_only=args.failures_only))
     summary = parity.summarize(results)

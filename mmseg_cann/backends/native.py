@@ -134,3 +134,14 @@ def avg_pool2d(input: torch.Tensor, spec: geo.PoolSpec, count_include_pad: bool 
 def adaptive_avg_pool2d(input: torch.Tensor, output_size) -> torch.Tensor:
     """``F.adaptive_avg_pool2d``."""
     return F.adaptive_avg_pool2d(input, output_size)
+
+
+def upsample_add(input: torch.Tensor, other: torch.Tensor,
+                 spec: geo.UpsampleSpec) -> torch.Tensor:
+    """The unfused ``other + upsample(input)`` (differentiable)."""
+    return other + upsample(input, spec)
+
+
+def upsample_argmax(logits: torch.Tensor, spec: geo.UpsampleSpec) -> torch.Tensor:
+    """The unfused ``upsample(logits).argmax(1)`` (materialises full-size logits)."""
+    return upsample(logits, spec).argmax(1)

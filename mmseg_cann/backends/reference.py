@@ -37,3 +37,13 @@ def avg_pool2d(input, spec, count_include_pad=True, divisor_override=None):
 
 def adaptive_avg_pool2d(input, output_size):
     return _like(ref.adaptive_avg_pool2d(input, output_size), input)
+
+
+def upsample_add(input, other, spec):
+    """float64 ``other + upsample(input)``, rounded once to ``other``'s dtype."""
+    return _like(ref.upsample_from_spec(input, spec) + other.to(torch.float64), other)
+
+
+def upsample_argmax(logits, spec):
+    """Argmax over classes of the float64 upsampled logits."""
+    return ref.upsample_from_spec(logits, spec).argmax(1)

@@ -37,7 +37,7 @@ class CANNMaxPool2d(nn.MaxPool2d):
             ``nn.MaxPool2d``; ``padding`` also takes ``'valid'``, ``'same'``,
             ``'same_upper'`` and ``'same_lower'`` (ONNX ``auto_pad``).
         precision: compute dtype (None defers to the policy's ``max`` entry).
-        backend: ``'auto'``, ``'native'`` or ``'reference'``.
+        backend: ``'auto'``, ``'native'``, ``'reference'``, ``'npu'`` or ``'tuned'``.
 
     Shape:
         ``(N, C, H, W)`` or ``(C, H, W)`` -> ``(N, C, H_out, W_out)`` or ``(C, H_out, W_out)``.
@@ -69,7 +69,7 @@ class CANNAvgPool2d(nn.AvgPool2d):
             ``nn.AvgPool2d``; ``padding`` also takes the padding strings (SAME with ONNX
             ``count_include_pad`` semantics).
         precision: compute dtype (None defers to the policy's ``avg`` entry).
-        backend: ``'auto'``, ``'native'`` or ``'reference'``.
+        backend: ``'auto'``, ``'native'``, ``'reference'``, ``'npu'`` or ``'tuned'``.
     """
 
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
@@ -98,7 +98,7 @@ class CANNAdaptiveAvgPool2d(nn.AdaptiveAvgPool2d):
     Args:
         output_size: int or pair (None entries keep the input size).
         precision: compute dtype (None defers to the policy's ``avg`` entry).
-        backend: ``'auto'``, ``'native'`` or ``'reference'``.
+        backend: ``'auto'``, ``'native'``, ``'reference'``, ``'npu'`` or ``'tuned'``.
     """
 
     def __init__(self, output_size, *, precision=None, backend: str = 'auto') -> None:

@@ -22,7 +22,7 @@ class CANNUpsample(nn.Upsample):
             ``nn.Upsample`` / :func:`mmseg_cann.ops.upsample`.
         antialias: antialiasing for bilinear/bicubic downsampling.
         precision: compute dtype (None defers to the precision policy).
-        backend: ``'auto'``, ``'native'`` or ``'reference'``.
+        backend: ``'auto'``, ``'native'``, ``'reference'``, ``'npu'`` or ``'tuned'``.
 
     Shape:
         ``(N, C, H, W)`` -> ``(N, C, H_out, W_out)``.

@@ -43,7 +43,7 @@ def max_pool2d(input: torch.Tensor, kernel_size, stride=None, padding=0, dilatio
         return_indices: also return int64 flat indices into each input ``H * W`` plane
             (PyTorch's format, also for SAME padding).
         precision: compute dtype, None defers to the policy's ``max`` entry.
-        backend: ``'auto'``, ``'native'`` or ``'reference'``.
+        backend: ``'auto'``, ``'native'``, ``'reference'``, ``'npu'`` or ``'tuned'``.
 
     Returns:
         ``(N, C, H_out, W_out)`` values (and indices). NaN propagates.
@@ -75,7 +75,7 @@ def avg_pool2d(input: torch.Tensor, kernel_size, stride=None, padding=0,
         divisor_override: a non-zero int used as the divisor for every window.
         precision: compute dtype, None defers to the policy's ``avg`` entry (default
             ``'fp32'``: fp16/bf16 inputs are averaged in float32).
-        backend: ``'auto'``, ``'native'`` or ``'reference'``.
+        backend: ``'auto'``, ``'native'``, ``'reference'``, ``'npu'`` or ``'tuned'``.
     """
     check_input(input, 'avg_pool2d', ranks=(3, 4))
     args = geo.check_pool_args(kernel_size, stride, padding, 1, ceil_mode)
@@ -100,7 +100,7 @@ def adaptive_avg_pool2d(input: torch.Tensor, output_size, *, precision=None,
         output_size: int or pair; a None entry keeps that input size. Bin ``i`` of an
             axis averages input ``[floor(i*in/out), ceil((i+1)*in/out))``.
         precision: compute dtype, None defers to the policy's ``avg`` entry.
-        backend: ``'auto'``, ``'native'`` or ``'reference'``.
+        backend: ``'auto'``, ``'native'``, ``'reference'``, ``'npu'`` or ``'tuned'``.
     """
     check_input(input, 'adaptive_avg_pool2d', ranks=(3, 4))
     out_hw = geo.adaptive_output_size(input.shape[-2:], output_size)

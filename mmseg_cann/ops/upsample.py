@@ -33,7 +33,8 @@ def upsample(input: torch.Tensor, size=None, scale_factor=None, mode: str = 'nea
         precision: compute dtype (``'fp32'``, ``'fp16'``, ``'bf16'``, ``'input'`` or a
             torch dtype); None defers to the precision policy's ``upsample`` entry.
             The result has the dtype PyTorch would return.
-        backend: ``'auto'``, ``'native'`` or ``'reference'`` (see :mod:`mmseg_cann.backends`).
+        backend: ``'auto'``, ``'native'``, ``'reference'``, ``'npu'``, ``'tuned'`` or
+            ``'triton'`` (see :mod:`mmseg_cann.backends`).
 
     Returns:
         ``(N, C, H_out, W_out)`` tensor.

@@ -1,4 +1,4 @@
 """Small shared utilities."""
-from .fallbacks import fallback_counts, record_fallback, reset_fallbacks
+from .fallbacks import call_site, fallback_counts, fallback_sites, record_fallback, reset_fallbacks
 
-__all__ = ['record_fallback', 'fallback_counts', 'reset_fallbacks']
+__all__ = ['record_fallback', 'fallback_counts', 'fallback_sites', 'reset_fallbacks', 'call_site']

@@ -1,28 +1,58 @@
 """Visible fallbacks: every time a backend leaves its preferred path it says so.
 
-Each fallback is counted (``fallback_counts()``) and logged once per distinct
-(op, reason) through mmengine's logger when it is available, Python logging otherwise.
+Each fallback is counted and logged once per call site: the first time a given
+(op, reason) happens at a given site it is logged through Python logging (logger
+``'mmseg_cann'``, which mmengine's logger shows), later occurrences are only counted.
+The call site is the first stack frame outside ``mmseg_cann`` (``file:line``, i.e. the
+model code that called the op), or the ``site`` the caller names.
+
+* ``fallback_counts()`` -> ``{(op, reason): count}`` summed over sites;
+* ``fallback_sites()`` -> ``{(op, reason, site): count}``;
+* ``reset_fallbacks()`` forgets both (the next fallback of each kind is logged again).
 """
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 from collections import Counter
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
+
+import torch
 
 _lock = threading.Lock()
 _counts: Counter = Counter()
+_site_counts: Counter = Counter()
 _logger = logging.getLogger('mmseg_cann')
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SKIP_DIRS = (_PACKAGE_DIR + os.sep,
+              os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), 'nn') + os.sep)
 
 
-def record_fallback(op: str, reason: str) -> None:
-    """Count one fallback of ``op`` and log ``reason`` the first time it happens."""
-    key = (op, reason)
+def call_site(depth_limit: int = 64) -> str:
+    """``file:line`` of the first frame outside mmseg_cann and torch.nn (the caller)."""
+    frame = sys._getframe(1)
+    for _ in range(depth_limit):
+        if frame is None:
+            break
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not filename.startswith(_SKIP_DIRS):
+            return f'{filename}:{frame.f_lineno}'
+        frame = frame.f_back
+    return '<unknown>'
+
+
+def record_fallback(op: str, reason: str, site: Optional[str] = None) -> None:
+    """Count one fallback of ``op`` and log ``reason`` the first time at this call site."""
+    site = site if site is not None else call_site()
+    key = (op, reason, site)
     with _lock:
-        first = key not in _counts
-        _counts[key] += 1
+        first = key not in _site_counts
+        _site_counts[key] += 1
+        _counts[(op, reason)] += 1
     if first:
-        _logger.warning('mmseg_cann fallback in %s: %s', op, reason)
+        _logger.warning('mmseg_cann fallback in %s at %s: %s', op, site, reason)
 
 
 def fallback_counts() -> Dict[Tuple[str, str], int]:
@@ -31,7 +61,14 @@ def fallback_counts() -> Dict[Tuple[str, str], int]:
         return dict(_counts)
 
 
+def fallback_sites() -> Dict[Tuple[str, str, str], int]:
+    """A snapshot of the counters per call site, keyed by (op, reason, site)."""
+    with _lock:
+        return dict(_site_counts)
+
+
 def reset_fallbacks() -> None:
     """Forget all counters (the next fallback of each kind is logged again)."""
     with _lock:
         _counts.clear()
+        _site_counts.clear()

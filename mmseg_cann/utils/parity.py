@@ -97,6 +97,7 @@ class Result:
     passed: bool
     rule: str = ''
     note: str = ''
+    plan: str = ''
 
 
 def _pool_cfg_label(k, s, p, d, cm) -> str:
@@ -231,12 +232,17 @@ def _shape_label(case: Case) -> str:
 
 
 def run_all(cases: Iterable[Case], device: torch.device, dtypes: Iterable[torch.dtype],
-            op_kwargs: Optional[dict] = None) -> List[Result]:
+            op_kwargs: Optional[dict] = None,
+            plan_fn: Optional[Callable[[Case, torch.Tensor], str]] = None) -> List[Result]:
+    """Run every case in every dtype; ``plan_fn(case, input)`` fills the plan column."""
     results = []
     for dtype in dtypes:
         for i, case in enumerate(cases):
             try:
                 results.append(run_case(case, device, dtype, seed=i, op_kwargs=op_kwargs))
+                if plan_fn is not None:
+                    probe = torch.zeros(case.in_shape, dtype=dtype)
+                    results[-1].plan = plan_fn(case, probe)
             except (RuntimeError, NotImplementedError) as exc:  # kernel missing on device
                 results.append(Result(case.op, case.variant, _shape_label(case),
                                       str(dtype).replace('torch.', ''), math.inf, math.inf,
@@ -246,14 +252,17 @@ def run_all(cases: Iterable[Case], device: torch.device, dtypes: Iterable[torch.
 
 
 def format_table(results: List[Result], failures_only: bool = False) -> str:
-    header = ('op', 'variant', 'shape', 'dtype', 'max abs err', 'ulp@1', 'tol', 'rule', 'result')
+    with_plan = any(r.plan for r in results)
+    header = ('op', 'variant', 'shape', 'dtype', 'max abs err', 'ulp@1', 'tol', 'rule') + (
+        ('plan',) if with_plan else ()) + ('result',)
     rows = [header]
     for r in results:
         if failures_only and r.passed:
             continue
         rows.append((r.op, r.variant, r.shape, r.dtype, f'{r.max_abs_err:.3g}',
-                     f'{r.max_ulp_err:.3g}', f'{r.tolerance:.3g}', r.rule,
-                     'pass' if r.passed else f'FAIL {r.note}'.strip()))
+                     f'{r.max_ulp_err:.3g}', f'{r.tolerance:.3g}', r.rule) +
+                    ((r.plan,) if with_plan else ()) +
+                    ('pass' if r.passed else f'FAIL {r.note}'.strip(),))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
     lines = ['  '.join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, '  '.join('-' * w for w in widths))

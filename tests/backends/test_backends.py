@@ -7,10 +7,15 @@ from mmseg_cann import backends, ops
 from ..conftest import make_input
 
 
-def test_auto_is_native():
-    assert backends.get_backend('auto') is backends.native
+def test_auto_is_native_off_npu(monkeypatch):
+    monkeypatch.delenv('MMSEG_CANN_TUNE', raising=False)
     assert backends.get_backend('native') is backends.native
     assert backends.get_backend('reference') is backends.reference
+    assert backends.get_backend('npu') is backends.npu
+    assert backends.get_backend('tuned') is backends.tuned
+    assert backends.auto.select(torch.zeros(1, 1, 2, 2)) is backends.native
+    monkeypatch.setenv('MMSEG_CANN_TUNE', '1')
+    assert backends.auto.select(torch.zeros(1, 1, 2, 2)) is backends.tuned
 
 
 @pytest.mark.parametrize('name', backends.RESERVED_BACKENDS)

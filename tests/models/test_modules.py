@@ -78,7 +78,7 @@ def test_padding_strings_in_modules():
     (lambda: CANNUpsample(size=4, mode='nearest', align_corners=True), ValueError),
     (lambda: CANNUpsample(scale_factor=0), ValueError),
     (lambda: CANNUpsample(size=4, precision='fp64'), ValueError),
-    (lambda: CANNUpsample(size=4, backend='npu'), ValueError),
+    (lambda: CANNUpsample(size=4, backend='triton'), ValueError),  # reserved
     (lambda: CANNMaxPool2d(3, padding=2), ValueError),
     (lambda: CANNMaxPool2d(0), ValueError),
     (lambda: CANNAvgPool2d(2, divisor_override=0), ValueError),
@@ -89,3 +89,12 @@ def test_padding_strings_in_modules():
 def test_constructor_validates(build, exc):
     with pytest.raises(exc):
         build()
+
+
+@pytest.mark.parametrize('backend', ['npu', 'tuned'])
+def test_modules_accept_the_npu_and_tuned_backends(backend, tmp_path, monkeypatch):
+    monkeypatch.setenv('MMSEG_CANN_TUNING_CACHE', str(tmp_path / 'tune.json'))
+    x = make_input((1, 2, 7, 7), torch.float32)
+    assert torch.equal(CANNUpsample(size=(14, 21), mode='bilinear', backend=backend)(x),
+                       CANNUpsample(size=(14, 21), mode='bilinear')(x))
+    assert torch.equal(CANNMaxPool2d(3, 2, 1, backend=backend)(x), CANNMaxPool2d(3, 2, 1)(x))

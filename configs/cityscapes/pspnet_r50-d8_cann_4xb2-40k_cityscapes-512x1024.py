@@ -1,0 +1,4 @@
+_base_ = [
+    'mmseg::pspnet/pspnet_r50-d8_4xb2-40k_cityscapes-512x1024.py',
+    '../_base_/cann_runtime.py',
+]

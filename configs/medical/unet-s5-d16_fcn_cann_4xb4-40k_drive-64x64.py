@@ -1,0 +1,4 @@
+_base_ = [
+    'mmseg::unet/unet-s5-d16_fcn_4xb4-40k_drive-64x64.py',
+    '../_base_/cann_runtime.py',
+]

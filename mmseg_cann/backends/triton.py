@@ -1,0 +1,161 @@
+"""Triton backend: the kernels of :mod:`mmseg_cann.kernels` (``backend='triton'``).
+
+Runs on CUDA tensors, on Ascend NPU tensors through triton-ascend, and on CPU tensors
+only under Triton's interpreter (``TRITON_INTERPRET=1`` in the environment *before*
+Triton is first imported: ``@triton.jit`` reads it when a kernel is defined).
+
+Covered: nearest/nearest-exact/bilinear upsampling (bilinear differentiable, with a
+deterministic gather-form backward), ``upsample_add``, ``upsample_argmax``, max and
+average pooling forward. Other upsample modes, pooling with autograd and adaptive
+pooling run on the native backend, each counted and logged once as a fallback
+(:func:`mmseg_cann.utils.record_fallback`).
+"""
+from __future__ import annotations
+
+import importlib
+import os
+
+import torch
+
+from ..ops import geometry as geo
+from ..ops import reference as ref
+from ..utils import record_fallback
+from . import native
+from .fused import linear_taps
+
+KERNEL_MODES = ('nearest', 'nearest-exact', 'bilinear')
+
+
+def check_available(device: torch.device) -> None:
+    """Raise a clear error where the Triton kernels cannot run on ``device``."""
+    if importlib.util.find_spec('triton') is None:
+        raise RuntimeError("backend='triton' needs the 'triton' package (pip install "
+                           "triton; triton-ascend on Ascend)")
+    if device.type == 'cpu' and os.environ.get('TRITON_INTERPRET') != '1':
+        raise RuntimeError("backend='triton' on CPU tensors runs only under Triton's "
+                           'interpreter: set TRITON_INTERPRET=1 before triton is imported, '
+                           'or move the tensors to a CUDA/NPU device')
+
+
+def _kernels():
+    from mmseg_cann.kernels import upsample as kernels
+    return kernels
+
+
+def _axis_taps(in_size: int, out_size: int, spec: geo.UpsampleSpec, axis: int):
+    """``(i0, i1, w0, w1)`` for one axis, from the shared geometry rules."""
+    if spec.mode in geo.NEAREST_MODES:
+        idx = torch.from_numpy(ref.nearest_indices(in_size, out_size, spec.kernel_scales[axis],
+                                                   spec.mode == 'nearest-exact'))
+        return idx, idx, torch.ones(out_size), torch.zeros(out_size)
+    if spec.kernel_scales[axis] is not None:
+        step = geo.coordinate_scale(in_size, out_size, bool(spec.align_corners),
+                                    spec.kernel_scales[axis])
+        return _taps_with_step(in_size, out_size, bool(spec.align_corners), step)
+    return linear_taps(in_size, out_size, bool(spec.align_corners))
+
+
+def _taps_with_step(in_size, out_size, align_corners, step):
+    d = torch.arange(out_size, dtype=torch.float32)
+    s = torch.tensor(step, dtype=torch.float32)
+    src = d * s if align_corners else ((d + 0.5) * s - 0.5).clamp_min(0)
+    i0 = src.floor().to(torch.int64).clamp_max(in_size - 1)
+    w1 = (src - i0).clamp(0, 1)
+    return i0, (i0 + 1).clamp_max(in_size - 1), 1 - w1, w1
+
+
+def _spec_taps(spec: geo.UpsampleSpec):
+    return tuple(_axis_taps(spec.in_size[a], spec.out_size[a], spec, a) for a in range(2))
+
+
+def _supported(input: torch.Tensor, spec: geo.UpsampleSpec) -> bool:
+    return (spec.mode in KERNEL_MODES and not spec.antialias
+            and input.dtype in (torch.float16, torch.bfloat16, torch.float32)
+            and input.numel() < 2 ** 31 and spec.out_size[0] * spec.out_size[1]
+            * input.shape[0] * input.shape[1] < 2 ** 31)
+
+
+class _BilinearFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, input, spec, taps):
+        ctx.spec, ctx.taps, ctx.dtype = spec, taps, input.dtype
+        return _kernels().upsample_fwd(input, spec.out_size, taps[0], taps[1], False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        g = _kernels().bilinear_bwd(grad, ctx.spec.in_size, ctx.taps[0], ctx.taps[1])
+        return g.to(ctx.dtype), None, None
+
+
+def upsample(input: torch.Tensor, spec: geo.UpsampleSpec) -> torch.Tensor:
+    """Upsample with the Triton kernel (nearest modes, bilinear); other cases native."""
+    check_available(input.device)
+    if not _supported(input, spec):
+        record_fallback('upsample', f'no Triton kernel for mode={spec.mode!r}, '
+                                    f'antialias={spec.antialias}, dtype {input.dtype}; '
+                                    'running natively')
+        return native.upsample(input, spec)
+    taps = _spec_taps(spec)
+    if spec.mode == 'bilinear':
+        return _BilinearFunction.apply(input, spec, taps)
+    return _kernels().upsample_fwd(input, spec.out_size, taps[0], taps[1], True)
+
+
+def upsample_add(input, other, spec):
+    """``other + upsample(input)`` in one kernel (not differentiable)."""
+    check_available(input.device)
+    if not _supported(input, spec):
+        record_fallback('upsample_add', f'no Triton kernel for dtype {input.dtype}')
+        return native.upsample_add(input, other, spec)
+    taps = _spec_taps(spec)
+    return _kernels().upsample_fwd(input, spec.out_size, taps[0], taps[1],
+                                   spec.mode != 'bilinear', other=other)
+
+
+def upsample_argmax(logits, spec):
+    """Labels of the upsampled logits, computed per pixel over classes."""
+    check_available(logits.device)
+    if not _supported(logits, spec):
+        record_fallback('upsample_argmax', f'no Triton kernel for dtype {logits.dtype}')
+        return native.upsample_argmax(logits, spec)
+    taps = _spec_taps(spec)
+    return _kernels().upsample_argmax(logits, spec.out_size, taps[0], taps[1],
+                                      spec.mode != 'bilinear')
+
+
+def _pool_kernels():
+    from mmseg_cann.kernels import pooling as kernels
+    return kernels
+
+
+def _pool_supported(input) -> bool:
+    return input.dtype in (torch.float16, torch.bfloat16, torch.float32) \
+        and input.numel() < 2 ** 31
+
+
+def max_pool2d(input, spec, return_indices=False):
+    """Max pooling forward with the Triton kernel (not differentiable: the indices give
+    the gradient, PyTorch's ``max_unpool``-style backward is not implemented here)."""
+    check_available(input.device)
+    if not _pool_supported(input) or (torch.is_grad_enabled() and input.requires_grad):
+        record_fallback('max_pool2d', f'no Triton kernel for dtype {input.dtype} or for '
+                                      'the backward pass; running natively')
+        return native.max_pool2d(input, spec, return_indices)
+    values, indices = _pool_kernels().max_pool2d(input, spec)
+    return (values, indices) if return_indices else values
+
+
+def avg_pool2d(input, spec, count_include_pad=True, divisor_override=None):
+    """Average pooling forward (float32 accumulation) with the Triton kernel."""
+    check_available(input.device)
+    if not _pool_supported(input) or (torch.is_grad_enabled() and input.requires_grad):
+        record_fallback('avg_pool2d', f'no Triton kernel for dtype {input.dtype} or for '
+                                      'the backward pass; running natively')
+        return native.avg_pool2d(input, spec, count_include_pad, divisor_override)
+    return _pool_kernels().avg_pool2d(input, spec, count_include_pad, divisor_override)
+
+
+def adaptive_avg_pool2d(input, output_size):
+    check_available(input.device)
+    record_fallback('adaptive_avg_pool2d', 'no Triton kernel; running natively')
+    return native.adaptive_avg_pool2d(input, output_size)

@@ -1,0 +1,133 @@
+"""Fused decoder ops: ``upsample_add`` (FPN top-down fusion) and ``upsample_argmax``.
+
+Both are defined by the unfused PyTorch computation they replace:
+
+* ``upsample_add(input, other)`` == ``other + F.interpolate(input, size=other.shape[-2:])``
+* ``upsample_argmax(logits, size)`` == ``F.interpolate(logits, size).argmax(1)``
+
+The arguments are validated with the shared rules of :mod:`.geometry` and :mod:`.inputs`
+before any kernel runs. Backends (``backend=``):
+
+``'auto'``
+    ``'fused'`` when no gradient is needed, ``'native'`` otherwise (autograd).
+``'native'``
+    the unfused eager computation (PyTorch's kernels; differentiable).
+``'fused'``
+    the fast implementations of :mod:`mmseg_cann.backends.fused`: ``upsample_add`` adds
+    in place into the freshly upsampled tensor (one output allocation instead of two);
+    ``upsample_argmax`` never holds full-resolution logits (bands of output rows, a
+    separable interpolation compiled with ``torch.compile``). Not differentiable; an
+    input that needs a gradient takes the native path (counted as a fallback).
+``'reference'``
+    float64 from :mod:`.reference` (slow; for checking).
+``'triton'``
+    one Triton kernel per op (:mod:`mmseg_cann.backends.triton`; not differentiable).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..backends import fused as fused_backend
+from ..backends import native, reference as reference_backend, triton as triton_backend
+from ..utils import record_fallback
+from . import geometry as geo
+from .inputs import check_input
+
+#: interpolation modes of the fused ops
+FUSED_MODES = ('nearest', 'nearest-exact', 'bilinear')
+FUSED_BACKENDS = ('auto', 'native', 'fused', 'reference', 'triton')
+_IMPLS = {'native': native, 'fused': fused_backend, 'reference': reference_backend,
+          'triton': triton_backend}
+
+
+def _check_mode(name: str, mode, align_corners) -> geo.UpsampleArgs:
+    if not isinstance(mode, str) or mode not in FUSED_MODES:
+        raise ValueError(f'{name}: mode must be one of {FUSED_MODES}, got {mode!r}')
+    if align_corners is not None and not isinstance(align_corners, bool):
+        raise TypeError(f'{name}: align_corners must be None, True or False, '
+                        f'got {align_corners!r}')
+    if mode in geo.NEAREST_MODES:
+        if align_corners:
+            raise ValueError(f'{name}: align_corners=True is only meaningful for '
+                             f"mode='bilinear', got mode={mode!r}")
+        align_corners = None  # the default False means "not set" for nearest modes
+    return align_corners
+
+
+def _check_backend(name: str, backend) -> str:
+    if not isinstance(backend, str) or backend not in FUSED_BACKENDS:
+        raise ValueError(f'{name}: backend must be one of {FUSED_BACKENDS}, got {backend!r}')
+    return backend
+
+
+def _needs_grad(*tensors: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _pick(name: str, backend: str, *tensors: torch.Tensor):
+    if backend == 'auto':
+        backend = 'native' if _needs_grad(*tensors) else 'fused'
+    elif backend in ('fused', 'triton') and _needs_grad(*tensors):
+        record_fallback(name, f'the {backend!r} backend is not differentiable; inputs that '
+                              'need a gradient use the native (unfused) computation')
+        backend = 'native'
+    return _IMPLS[backend]
+
+
+def upsample_add(input: torch.Tensor, other: torch.Tensor, mode: str = 'bilinear',
+                 align_corners=False, *, backend: str = 'auto') -> torch.Tensor:
+    """``other + upsample(input, size=other.shape[-2:], mode, align_corners)``.
+
+    Args:
+        input: ``(N, C, h, w)`` floating tensor (the coarser map).
+        other: ``(N, C, H, W)`` tensor of the same dtype and device (the lateral).
+        mode: ``'nearest'``, ``'nearest-exact'`` or ``'bilinear'``.
+        align_corners: bilinear only (``False``/``None`` for the nearest modes).
+        backend: one of :data:`FUSED_BACKENDS`.
+
+    Returns:
+        ``(N, C, H, W)`` tensor with ``other``'s dtype; differentiable with respect to
+        both inputs (through the native path).
+    """
+    name = 'upsample_add'
+    check_input(input, name, ranks=(4,))
+    if not isinstance(other, torch.Tensor):
+        raise TypeError(f'{name}: other must be a torch.Tensor, got {type(other).__name__}')
+    check_input(other, f'{name} (other)', ranks=(4,))
+    if other.shape[:2] != input.shape[:2]:
+        raise ValueError(f'{name}: input and other must have the same batch and channel '
+                         f'sizes, got input {tuple(input.shape)} and other '
+                         f'{tuple(other.shape)}')
+    if other.dtype != input.dtype or other.device != input.device:
+        raise TypeError(f'{name}: input and other must have the same dtype and device, got '
+                        f'{input.dtype} on {input.device} and {other.dtype} on '
+                        f'{other.device}')
+    align_corners = _check_mode(name, mode, align_corners)
+    args = geo.check_upsample_args(size=tuple(other.shape[-2:]), mode=mode,
+                                   align_corners=align_corners)
+    impl = _pick(name, _check_backend(name, backend), input, other)
+    return impl.upsample_add(input, other, geo.upsample_spec(input.shape[-2:], args))
+
+
+def upsample_argmax(logits: torch.Tensor, size, mode: str = 'bilinear', align_corners=False,
+                    *, backend: str = 'auto') -> torch.Tensor:
+    """``upsample(logits, size, mode, align_corners).argmax(1)`` without full-size logits.
+
+    Args:
+        logits: ``(N, C, h, w)`` floating tensor of class scores.
+        size: output ``(H, W)`` or an int for both.
+        mode: ``'nearest'``, ``'nearest-exact'`` or ``'bilinear'``.
+        align_corners: bilinear only (``False``/``None`` for the nearest modes).
+        backend: one of :data:`FUSED_BACKENDS`.
+
+    Returns:
+        ``(N, H, W)`` int64 labels. Equal to the unfused computation except where two
+        classes tie exactly (or, for the fused bilinear path, differ by a rounding
+        error of the interpolation: the last bit of the products may differ).
+    """
+    name = 'upsample_argmax'
+    check_input(logits, name, ranks=(4,))
+    align_corners = _check_mode(name, mode, align_corners)
+    args = geo.check_upsample_args(size=size, mode=mode, align_corners=align_corners)
+    impl = _pick(name, _check_backend(name, backend), logits)
+    return impl.upsample_argmax(logits, geo.upsample_spec(logits.shape[-2:], args))

@@ -1,0 +1,154 @@
+"""Tuning: cache creation, reuse, invalidation on version change, corrupt-cache handling,
+and that the tuned backend never changes results."""
+import json
+
+import pytest
+import torch
+
+from mmseg_cann import ops
+from mmseg_cann.backends import tuned
+from mmseg_cann.utils import tuning_cache
+
+from ..conftest import make_input
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path))
+    monkeypatch.delenv(tuning_cache.ENV_CACHE_FILE, raising=False)
+    tuned.reset_tuning_state()
+    yield tmp_path / 'mmseg_cann' / 'tuning.json'
+    tuned.reset_tuning_state()
+
+
+def _entries(path):
+    data = json.loads(path.read_text())
+    (section, entries), = data['sections'].items()
+    return section, entries
+
+
+def test_cache_is_created_under_xdg_cache_home(cache_dir):
+    x = make_input((1, 3, 16, 32))
+    out = ops.upsample(x, size=(128, 256), mode='bilinear', backend='tuned')
+    assert torch.equal(out, ops.upsample(x, size=(128, 256), mode='bilinear', backend='native'))
+    section, entries = _entries(cache_dir)
+    assert section.startswith('cpu|') and f'torch={torch.__version__}' in section
+    (key, entry), = entries.items()
+    assert key.startswith('upsample|1x3x16x32|float32|contiguous')
+    # timed: the user's size call and the equivalent scale call, each in both layouts
+    assert set(entry['times_ms']) | set(entry['rejected']) == {
+        'native', 'scales:8.0x8.0', 'native:to_channels_last',
+        'scales:8.0x8.0:to_channels_last'}
+    assert entry['plan'] in entry['times_ms']
+
+
+def test_cache_is_reused_without_timing(cache_dir, monkeypatch):
+    x = make_input((1, 3, 9, 9))
+    ops.avg_pool2d(x, 3, 2, 1, backend='tuned')
+    before = cache_dir.read_text()
+    tuned.reset_tuning_state()  # a new process: only the file is left
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError('a cached key must not be timed again')
+
+    monkeypatch.setattr(tuned, '_time', no_timing)
+    out = ops.avg_pool2d(x, 3, 2, 1, backend='tuned')
+    assert torch.equal(out, ops.avg_pool2d(x, 3, 2, 1, backend='native'))
+    assert cache_dir.read_text() == before
+
+
+def test_cached_choice_is_the_one_run(cache_dir, monkeypatch):
+    x = make_input((1, 3, 9, 9), memory_format='channels_last')
+    ops.max_pool2d(x, 3, 2, 1, backend='tuned')
+    section, entries = _entries(cache_dir)
+    (key, entry), = entries.items()
+    entry['plan'] = 'native:to_nchw'
+    cache_dir.write_text(json.dumps({'format': 1, 'sections': {section: {key: entry}}}))
+    tuned.reset_tuning_state()
+    seen = []
+    original = tuned.npu.execute_max_pool2d
+    monkeypatch.setattr(tuned.npu, 'execute_max_pool2d',
+                        lambda plan, *a: seen.append(plan.name) or original(plan, *a))
+    out = ops.max_pool2d(x, 3, 2, 1, backend='tuned')
+    assert seen == ['native:to_nchw']
+    assert torch.equal(out, ops.max_pool2d(x, 3, 2, 1, backend='native'))
+    assert out.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_version_change_invalidates(cache_dir, monkeypatch):
+    x = make_input((1, 3, 8, 8))
+    ops.adaptive_avg_pool2d(x, 1, backend='tuned')
+    old_section, _ = _entries(cache_dir)
+    tuned.reset_tuning_state()
+    real = tuning_cache.library_versions
+    monkeypatch.setattr(tuning_cache, 'library_versions',
+                        lambda: dict(real(), torch='99.0'))
+    timed = []
+    original = tuned._time
+    monkeypatch.setattr(tuned, '_time', lambda run, dev: timed.append(1) or original(run, dev))
+    ops.adaptive_avg_pool2d(x, 1, backend='tuned')
+    assert timed  # not reused: measured again
+    new_section, _ = _entries(cache_dir)  # the stale section of this device is gone
+    assert new_section != old_section and 'torch=99.0' in new_section
+    assert tuned.get_cache().invalidated == 1
+
+
+@pytest.mark.parametrize('content', ['{not json', '[]', '{"format": 1, "sections": []}',
+                                     '{"format": 0, "sections": {}}'])
+def test_corrupt_cache_warns_and_is_rebuilt(cache_dir, content):
+    cache_dir.parent.mkdir(parents=True)
+    cache_dir.write_text(content)
+    x = make_input((1, 2, 6, 6))
+    with pytest.warns(UserWarning, match='corrupt'):
+        out = ops.upsample(x, scale_factor=1.5, mode='bicubic', backend='tuned')
+    assert torch.equal(out, ops.upsample(x, scale_factor=1.5, mode='bicubic', backend='native'))
+    section, entries = _entries(cache_dir)
+    assert len(entries) == 1 and tuned.get_cache().rebuilt
+
+
+def test_candidates_that_change_results_are_rejected(cache_dir):
+    # a full mean in the other layout sums in another order: not bit-identical on CPU
+    x = make_input((2, 16, 33, 47))
+    out = ops.adaptive_avg_pool2d(x, 1, backend='tuned')
+    assert torch.equal(out, ops.adaptive_avg_pool2d(x, 1, backend='native'))
+    _, entries = _entries(cache_dir)
+    (entry,) = entries.values()
+    assert 'mean:to_channels_last' in entry['rejected']
+    assert entry['plan'] in ('native', 'mean')
+
+
+def test_environment_variable_makes_auto_tune(cache_dir, monkeypatch):
+    monkeypatch.setenv('MMSEG_CANN_TUNE', '1')
+    x = make_input((1, 2, 10, 10))
+    out = ops.upsample(x, size=(20, 30), mode='bilinear')
+    assert torch.equal(out, ops.upsample(x, size=(20, 30), mode='bilinear', backend='native'))
+    assert cache_dir.exists()
+
+
+def test_explicit_cache_file_variable(tmp_path, monkeypatch):
+    target = tmp_path / 'elsewhere' / 'tune.json'
+    monkeypatch.setenv(tuning_cache.ENV_CACHE_FILE, str(target))
+    tuned.reset_tuning_state()
+    try:
+        ops.max_pool2d(make_input((1, 2, 7, 7)), 2, backend='tuned')
+    finally:
+        tuned.reset_tuning_state()
+    assert target.exists()
+
+
+def test_timing_runs_do_not_count_as_fallbacks(cache_dir, monkeypatch):
+    from mmseg_cann.backends import npu
+    from mmseg_cann.backends.npu_device import DeviceCaps
+    from mmseg_cann.utils import fallback_counts, reset_fallbacks
+    plan_for = npu.plan_for
+    # plan as on an A2 chip: a 2x bilinear resize is a documented fallback there
+    monkeypatch.setattr(npu, 'plan_for', lambda op, x, spec=None, **kw: plan_for(
+        op, x, spec, caps=DeviceCaps.npu('A2'), **kw))
+    reset_fallbacks()
+    x = make_input((1, 2, 8, 8))
+    ops.upsample(x, size=(16, 16), mode='bilinear', backend='tuned')
+    # the planner's (fallback) plan is timed 4 times; only a real call may count, and only
+    # when the tuner picked that plan
+    (entry,) = _entries(cache_dir)[1].values()
+    expected = 1 if entry['plan'] == 'size' else 0
+    assert sum(fallback_counts().values()) == expected

@@ -1,0 +1,53 @@
+"""tools/benchmark.py: the smoke case set runs end to end and reports every column."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_python
+
+
+@pytest.mark.slow
+def test_benchmark_smoke_cases(tmp_path):
+    out = tmp_path / 'bench.json'
+    result = run_python(['tools/benchmark.py', '--cases', 'smoke', '--repeats', '1',
+                         '--no-compile', '--json', str(out)], timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data['device'] == 'cpu' and data['copy_gb_s'] > 0
+    by_case = {}
+    for row in data['rows']:
+        by_case.setdefault(row['case'], []).append(row['impl'])
+        assert row['ms'] > 0 and row['peak_extra_mb'] >= 0 and row['time_ratio'] > 0
+    assert by_case['smoke_upsample_argmax'] == ['eager', 'mmseg_cann native',
+                                                'mmseg_cann fused']
+    assert by_case['smoke_upsample_add'] == ['eager', 'mmseg_cann native', 'mmseg_cann fused']
+    assert set(by_case) == {'smoke_bilinear2x', 'smoke_upsample_add', 'smoke_upsample_argmax',
+                            'smoke_maxpool'}
+    table = result.stdout
+    assert '| case | implementation | median ms | x eager |' in table
+    assert 'smoke_upsample_argmax | mmseg_cann fused' in table
+
+
+def test_benchmark_rejects_unknown_case():
+    result = run_python(['tools/benchmark.py', '--cases', 'nope'])
+    assert result.returncode == 2 and "unknown case 'nope'" in result.stderr
+
+
+def test_peak_extra_bytes_counts_temporaries_not_the_result():
+    import sys
+    import torch
+    from tests.conftest import REPO_ROOT
+    sys.path.insert(0, REPO_ROOT + '/tools')
+    import importlib
+    bench = importlib.import_module('benchmark')
+    device = torch.device('cpu')
+    x = torch.ones(1 << 18)  # 1 MiB
+
+    def with_temporary(t):
+        tmp = t * 2          # 1 MiB temporary
+        return (tmp + 1).sum()
+
+    assert bench.peak_extra_bytes(lambda t: t * 2, (x,), device) < (1 << 16)
+    assert bench.peak_extra_bytes(with_temporary, (x,), device) >= (1 << 20)

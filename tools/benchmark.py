@@ -1,0 +1,296 @@
+"""Benchmark mmseg_cann ops against eager PyTorch and torch.compile in one process.
+
+For every case: median time and peak extra memory of eager PyTorch, ``torch.compile`` of
+the same function, and every mmseg_cann backend available on the device; ratios to
+eager, achieved bandwidth (bytes read + written by the op / time) and the device's
+measured copy bandwidth (``dst.copy_(src)`` of 256 MB) as the ceiling. Prints a
+Markdown table and writes JSON.
+
+Peak extra memory is the largest amount of memory allocated during the call beyond
+what was allocated before it and beyond the returned result (CPU: from the profiler's
+allocation events; CUDA/NPU: from the allocator's peak statistics).
+
+Usage::
+
+    python tools/benchmark.py [--device cpu|cuda|npu] [--cases all|smoke|NAME ...]
+                              [--repeats 5] [--no-compile] [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+
+import mmseg_cann
+from mmseg_cann.ops import avg_pool2d, max_pool2d, upsample
+from mmseg_cann.ops.fused import upsample_add, upsample_argmax
+
+
+@dataclass
+class Case:
+    """One benchmark case: ``make()`` returns the inputs, ``eager(*inputs)`` the baseline."""
+
+    name: str
+    make: Callable[[torch.device], tuple]
+    eager: Callable
+    #: mmseg_cann implementations: label -> function of the same inputs
+    ours: Dict[str, Callable] = field(default_factory=dict)
+    #: bytes moved by the op (reads + writes), for the bandwidth column
+    nbytes: Optional[Callable[[tuple, object], int]] = None
+    compile: bool = True
+
+
+def _rand(shape, dtype, device, channels_last=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g).to(dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x.to(device)
+
+
+def _bytes_in_out(inputs, out):
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return sum(t.numel() * t.element_size() for t in list(inputs) + list(outs)
+               if isinstance(t, torch.Tensor))
+
+
+def _upsample_case(name, shape, size, mode, dtype=torch.float32, cl=False):
+    kw = dict(mode=mode, align_corners=False) if mode == 'bilinear' else dict(mode=mode)
+    return Case(name, lambda d: (_rand(shape, dtype, d, cl),),
+                lambda x: F.interpolate(x, size=size, **kw),
+                {f'mmseg_cann {b}': (lambda x, b=b: upsample(x, size=size, backend=b, **kw))
+                 for b in ('native',)}, _bytes_in_out)
+
+
+def _add_case(name, shape, size):
+    def make(d):
+        return (_rand(shape, torch.float32, d), _rand(shape[:2] + size, torch.float32, d, seed=1))
+    return Case(name, make, lambda x, o: o + F.interpolate(x, size=o.shape[-2:], mode='bilinear',
+                                                           align_corners=False),
+                {f'mmseg_cann {b}': (lambda x, o, b=b: upsample_add(x, o, backend=b))
+                 for b in ('native', 'fused')}, _bytes_in_out)
+
+
+def _argmax_case(name, shape, size):
+    return Case(name, lambda d: (_rand(shape, torch.float32, d),),
+                lambda x: F.interpolate(x, size=size, mode='bilinear',
+                                        align_corners=False).argmax(1),
+                {f'mmseg_cann {b}': (lambda x, b=b: upsample_argmax(x, size, backend=b))
+                 for b in ('native', 'fused')}, _bytes_in_out)
+
+
+def _pool_case(name, shape, kind):
+    torch_fn = F.max_pool2d if kind == 'max' else F.avg_pool2d
+    ours = max_pool2d if kind == 'max' else avg_pool2d
+    return Case(name, lambda d: (_rand(shape, torch.float32, d),),
+                lambda x: torch_fn(x, 3, 2, 1),
+                {'mmseg_cann native': lambda x: ours(x, 3, 2, 1)}, _bytes_in_out)
+
+
+def _pspnet_case(name, hw):
+    state = {}
+
+    def make(d):
+        from mmengine.config import Config
+        from mmengine.registry import init_default_scope
+        from mmseg.registry import MODELS
+        import tempfile, os
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, 'cfg.py')
+            with open(path, 'w') as f:
+                f.write("_base_ = 'mmseg::pspnet/pspnet_r50-d8_4xb2-40k_cityscapes-512x1024.py'\n")
+            cfg = Config.fromfile(path)
+        init_default_scope('mmseg')
+        norm = dict(type='BN', requires_grad=True)
+        cfg.model.backbone.update(depth=18, norm_cfg=norm)
+        cfg.model.decode_head.update(in_channels=512, channels=128, norm_cfg=norm)
+        cfg.model.auxiliary_head.update(in_channels=256, channels=64, norm_cfg=norm)
+        cfg.model.data_preprocessor.size = hw
+        model = MODELS.build(cfg.model).to(d).eval()
+        converted = mmseg_cann.convert_model(copy.deepcopy(model), resize=False)
+        state.update(model=model, converted=converted)
+        return (_rand((1, 3) + hw, torch.float32, d),)
+
+    def eager(x):
+        with torch.no_grad():
+            return state['model'](x, mode='tensor')
+
+    def converted(x):
+        with torch.no_grad(), mmseg_cann.convert.routed_resize():
+            return state['converted'](x, mode='tensor')
+    return Case(name, make, eager, {'mmseg_cann converted': converted}, compile=False)
+
+
+N, C = 2, 256
+CASES = {c.name: c for c in [
+    _upsample_case('bilinear2x_fp32_nchw', (N, C, 128, 256), (256, 512), 'bilinear'),
+    _upsample_case('bilinear2x_fp32_cl', (N, C, 128, 256), (256, 512), 'bilinear', cl=True),
+    _upsample_case('bilinear2x_fp16_nchw', (N, C, 128, 256), (256, 512), 'bilinear',
+                   torch.float16),
+    _upsample_case('bilinear2x_fp16_cl', (N, C, 128, 256), (256, 512), 'bilinear',
+                   torch.float16, cl=True),
+    _upsample_case('nearest2x_fp32', (N, C, 128, 256), (256, 512), 'nearest'),
+    _upsample_case('bilinear8x_logits', (1, 19, 128, 256), (1024, 2048), 'bilinear'),
+    _add_case('upsample_add', (N, C, 64, 128), (128, 256)),
+    _argmax_case('upsample_argmax_19', (1, 19, 128, 256), (1024, 2048)),
+    _argmax_case('upsample_argmax_150', (1, 150, 128, 128), (1024, 1024)),
+    _pool_case('maxpool_3_2_1', (N, C, 128, 256), 'max'),
+    _pool_case('avgpool_3_2_1', (N, C, 128, 256), 'avg'),
+    _pspnet_case('pspnet_r18_forward', (256, 512)),
+]}
+SMOKE = {c.name: c for c in [
+    _upsample_case('smoke_bilinear2x', (1, 8, 16, 16), (32, 32), 'bilinear'),
+    _add_case('smoke_upsample_add', (1, 8, 8, 8), (16, 16)),
+    _argmax_case('smoke_upsample_argmax', (1, 5, 8, 8), (64, 64)),
+    _pool_case('smoke_maxpool', (1, 8, 16, 16), 'max'),
+]}
+
+
+def _sync(device: torch.device):
+    if device.type == 'cuda':
+        torch.cuda.synchronize()
+    elif device.type == 'npu':
+        torch.npu.synchronize()  # type: ignore[attr-defined]
+
+
+def median_time(fn, inputs, device, repeats: int) -> float:
+    """Median wall time in ms over ``repeats`` calls, after one warm-up call."""
+    fn(*inputs)
+    _sync(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(*inputs)
+        _sync(device)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def peak_extra_bytes(fn, inputs, device) -> int:
+    """Peak memory allocated during one call beyond its result (bytes)."""
+    if device.type in ('cuda', 'npu'):
+        mod = getattr(torch, device.type)
+        _sync(device)
+        base = mod.memory_allocated()
+        mod.reset_peak_memory_stats()
+        out = fn(*inputs)
+        _sync(device)
+        return mod.max_memory_allocated() - base - _result_bytes(out)
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = fn(*inputs)
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                    if e.name() == '[memory]')
+    level = peak = 0
+    for _, nbytes in events:
+        level += nbytes
+        peak = max(peak, level)
+    return max(peak - _result_bytes(out), 0)
+
+
+def _result_bytes(out) -> int:
+    if isinstance(out, torch.Tensor):
+        return out.untyped_storage().nbytes()
+    if isinstance(out, (tuple, list)):
+        return sum(_result_bytes(o) for o in out)
+    if isinstance(out, dict):
+        return sum(_result_bytes(o) for o in out.values())
+    return 0
+
+
+def copy_bandwidth(device, repeats: int, nbytes: int = 256 << 20) -> float:
+    """Measured ``copy_`` bandwidth in GB/s (bytes read + written)."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1)
+    dst = torch.empty_like(src).fill_(0)
+    ms = median_time(lambda: dst.copy_(src), (), device, repeats)
+    return 2 * nbytes / ms / 1e6
+
+
+def run_case(case: Case, device, repeats: int, use_compile: bool, ceiling: float) -> List[dict]:
+    inputs = case.make(device)
+    impls = {'eager': case.eager}
+    if use_compile and case.compile:
+        impls['torch.compile'] = torch.compile(case.eager, dynamic=False)
+    impls.update(case.ours)
+    rows = []
+    with torch.no_grad():
+        for label, fn in impls.items():
+            ms = median_time(fn, inputs, device, repeats)
+            mem = peak_extra_bytes(fn, inputs, device)
+            row = dict(case=case.name, impl=label, ms=ms, peak_extra_mb=mem / 2**20)
+            if case.nbytes is not None:
+                gbs = case.nbytes(inputs, fn(*inputs)) / ms / 1e6
+                row.update(gb_s=gbs, copy_fraction=gbs / ceiling)
+            rows.append(row)
+    eager = rows[0]
+    for row in rows:
+        row['time_ratio'] = row['ms'] / eager['ms']
+        row['mem_ratio'] = (row['peak_extra_mb'] / eager['peak_extra_mb']
+                            if eager['peak_extra_mb'] > 0 else None)
+    return rows
+
+
+def markdown(rows: List[dict], ceiling: float) -> str:
+    def fmt(value, spec):
+        return '-' if value is None else format(value, spec)
+    lines = [f'Copy bandwidth (ceiling): {ceiling:.1f} GB/s', '',
+             '| case | implementation | median ms | x eager | peak extra MB | x eager mem '
+             '| GB/s | of copy bw |', '|---|---|---:|---:|---:|---:|---:|---:|']
+    for r in rows:
+        lines.append(f"| {r['case']} | {r['impl']} | {r['ms']:.2f} | {r['time_ratio']:.2f} "
+                     f"| {r['peak_extra_mb']:.1f} | {fmt(r['mem_ratio'], '.3f')} "
+                     f"| {fmt(r.get('gb_s'), '.1f')} | {fmt(r.get('copy_fraction'), '.0%')} |")
+    return '\n'.join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--device', default='cpu', choices=['cpu', 'cuda', 'npu'])
+    parser.add_argument('--cases', nargs='+', default=['all'],
+                        help=f"'all', 'smoke' or names: {', '.join(CASES)}")
+    parser.add_argument('--repeats', type=int, default=5)
+    parser.add_argument('--no-compile', action='store_true',
+                        help='skip the torch.compile column')
+    parser.add_argument('--json', help='write the rows as JSON to this file')
+    args = parser.parse_args(argv)
+    if args.device == 'npu':
+        import torch_npu  # noqa: F401  (registers the device)
+    device = torch.device(args.device)
+    if device.type != 'cpu' and not getattr(torch, device.type).is_available():
+        parser.error(f'--device {args.device}: no such device available')
+    if args.repeats < 1:
+        parser.error('--repeats must be >= 1')
+    selected = []
+    for name in args.cases:
+        if name == 'all':
+            selected += list(CASES.values())
+        elif name == 'smoke':
+            selected += list(SMOKE.values())
+        elif name in CASES or name in SMOKE:
+            selected.append(CASES.get(name) or SMOKE[name])
+        else:
+            parser.error(f"--cases: unknown case {name!r}; use 'all', 'smoke' or one of "
+                         f"{', '.join(list(CASES) + list(SMOKE))}")
+    ceiling = copy_bandwidth(device, args.repeats)
+    rows = []
+    for case in selected:
+        rows += run_case(case, device, args.repeats, not args.no_compile, ceiling)
+        print(f'done {case.name}', file=sys.stderr, flush=True)
+    print(markdown(rows, ceiling))
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump(dict(device=str(device), torch=torch.__version__,
+                           copy_gb_s=ceiling, rows=rows), f, indent=1)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
