@@ -51,4 +51,7 @@ def check_backend(name) -> str:
 def get_backend(name: str) -> ModuleType:
     """The backend module for ``name`` (``'auto'`` picks per tensor, see :mod:`.auto`)."""
     check_backend(name)
-    return auto if name == 'auto' else BACKENDS[name]
+    if name == 'auto':
+        from ..onnx.state import export_backend
+        return export_backend() or auto
+    return BACKENDS[name]

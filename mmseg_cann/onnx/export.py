@@ -1,0 +1,215 @@
+"""Export a model to ONNX with exact CANN-op translations, check and verify it."""
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from .state import onnx_export_mode
+from .translation import MIN_OPSET, translation_table
+
+DEFAULT_OPSET = 18
+#: ONNX ops whose attributes :func:`node_summary` prints
+SUMMARY_OPS = ('Resize', 'MaxPool', 'AveragePool', 'GlobalAveragePool', 'GlobalMaxPool')
+
+
+def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.Tensor, ...]],
+                path: Optional[Union[str, os.PathLike]] = None, *, opset: int = DEFAULT_OPSET,
+                dynamic: bool = False, input_names: Sequence[str] = ('input',),
+                output_names: Optional[Sequence[str]] = None):
+    """Export ``model(*inputs)`` to ONNX and check it with ``onnx.checker``.
+
+    Args:
+        model: the module (put in eval mode here); CANN ops inside it with
+            ``backend='auto'`` are translated by :mod:`mmseg_cann.onnx.translation`.
+        inputs: example ``(N, C, H, W)`` tensor(s).
+        path: where to write the ``.onnx`` file (weights embedded), or None.
+        opset: ONNX opset, >= 17 (antialiasing needs 18).
+        dynamic: make batch, height and width of every input dynamic.
+        input_names, output_names: graph input/output names.
+
+    Returns:
+        the ``onnx.ModelProto``.
+    """
+    import onnx
+    if not isinstance(opset, int) or isinstance(opset, bool) or opset < MIN_OPSET:
+        raise ValueError(f'opset must be an int >= {MIN_OPSET}, got {opset!r}')
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs,)
+    dynamic_shapes = None
+    if dynamic:
+        dims = {0: torch.export.Dim('batch'), 2: torch.export.Dim('height'),
+                3: torch.export.Dim('width')}
+        dynamic_shapes = tuple(dict(dims) for _ in inputs)
+    model.eval()
+    with _quiet(), onnx_export_mode(opset), torch.no_grad(), _unwrapped_errors():
+        program = torch.onnx.export(
+            model, tuple(inputs), dynamo=True, opset_version=opset,
+            custom_translation_table=translation_table(opset),
+            dynamic_shapes=dynamic_shapes, input_names=list(input_names)[:len(inputs)],
+            output_names=None if output_names is None else list(output_names),
+            optimize=True, verbose=False)
+    proto = program.model_proto
+    if dynamic:
+        _check_dynamic(proto)
+    onnx.checker.check_model(proto, full_check=True)
+    if path is not None:
+        onnx.save(proto, os.fspath(path))
+    return proto
+
+
+def _check_dynamic(proto) -> None:
+    """Refuse a 'dynamic' export whose spatial input dims came out fixed.
+
+    The CANN ops resolve their geometry (output sizes, pads, bins) to Python ints at
+    trace time, so torch.export specialises height and width to the example input; the
+    graph is then valid only for that size and is rejected rather than passed off as
+    dynamic.
+    """
+    for value in proto.graph.input:
+        dims = value.type.tensor_type.shape.dim
+        if len(dims) == 4 and all(d.HasField('dim_value') for d in dims[2:]):
+            raise ValueError(
+                f'dynamic=True: input {value.name!r} was specialised to the fixed size '
+                f'{[d.dim_param or d.dim_value for d in dims]} (the CANN ops resolve their geometry to '
+                'static sizes when traced); dynamic height/width export is not supported '
+                'yet, export one graph per input size')
+
+
+class _unwrapped_errors:
+    """Re-raise our own ValueError (an unexportable op) instead of the exporter's wrapper."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        seen = exc
+        while seen is not None:
+            if isinstance(seen, ValueError) and 'mmseg_cann' in _origin(seen):
+                raise seen from None
+            seen = seen.__cause__ or seen.__context__
+        return False
+
+
+def _origin(exc: BaseException) -> str:
+    tb = exc.__traceback__
+    last = ''
+    while tb is not None:
+        last = tb.tb_frame.f_code.co_filename
+        tb = tb.tb_next
+    return last
+
+
+class _quiet:
+    """Silence the exporter's progress prints and torchvision warnings."""
+
+    def __enter__(self):
+        self._logger = logging.getLogger('torch.onnx')
+        self._level = self._logger.level
+        self._logger.setLevel(logging.ERROR)
+        self._warn = warnings.catch_warnings()
+        self._warn.__enter__()
+        warnings.simplefilter('ignore')
+        import contextlib, io
+        self._out = contextlib.redirect_stdout(io.StringIO())
+        self._out.__enter__()
+
+    def __exit__(self, *exc):
+        self._out.__exit__(*exc)
+        self._warn.__exit__(*exc)
+        self._logger.setLevel(self._level)
+
+
+def run_onnx(model_proto, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
+    """Run the graph in onnxruntime (CPU, graph optimisations off: the graph as exported)."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model_proto.SerializeToString(), options,
+                                   providers=['CPUExecutionProvider'])
+    feeds = {i.name: np.ascontiguousarray(a) for i, a in zip(session.get_inputs(), inputs)}
+    return session.run(None, feeds)
+
+
+def verify_onnx(model_proto, model: torch.nn.Module,
+                inputs: Sequence[Union[torch.Tensor, Tuple[torch.Tensor, ...]]]) -> List[Dict]:
+    """Compare onnxruntime with eager PyTorch on each input (tuple) of ``inputs``.
+
+    Returns one dict per input: ``max_abs`` (over all outputs), ``argmax_agree`` (fraction
+    of pixels whose channel argmax agrees, first output) and ``shape``.
+    """
+    results = []
+    model.eval()
+    for item in inputs:
+        item = (item,) if isinstance(item, torch.Tensor) else tuple(item)
+        with torch.no_grad():
+            expected = model(*item)
+        expected = [expected] if isinstance(expected, torch.Tensor) else list(expected)
+        got = run_onnx(model_proto, [t.numpy() for t in item])
+        max_abs = 0.0
+        for e, g in zip(expected, got):
+            e = e.numpy()
+            if e.shape != g.shape:
+                raise ValueError(f'onnxruntime output shape {g.shape} differs from '
+                                 f'PyTorch {e.shape}')
+            max_abs = max(max_abs, float(np.max(np.abs(e - g))) if e.size else 0.0)
+        e0, g0 = expected[0].numpy(), got[0]
+        agree = float(np.mean(e0.argmax(1) == g0.argmax(1))) if e0.ndim == 4 else 1.0
+        results.append(dict(shape=tuple(item[0].shape), max_abs=max_abs, argmax_agree=agree))
+    return results
+
+
+def node_summary(model_proto) -> List[str]:
+    """One line per Resize/pooling node: op, name, attributes, and constant sizes/scales."""
+    import onnx
+    from onnx import numpy_helper
+    consts = {t.name: numpy_helper.to_array(t) for t in model_proto.graph.initializer}
+    for node in model_proto.graph.node:
+        if node.op_type == 'Constant':
+            for a in node.attribute:
+                if a.name == 'value':
+                    consts[node.output[0]] = numpy_helper.to_array(a.t)
+                elif a.name in ('value_ints', 'value_floats'):
+                    consts[node.output[0]] = np.array(onnx.helper.get_attribute_value(a))
+    lines = []
+    for node in model_proto.graph.node:
+        if node.op_type not in SUMMARY_OPS:
+            continue
+        attrs = []
+        for a in sorted(node.attribute, key=lambda a: a.name):
+            value = onnx.helper.get_attribute_value(a)
+            if isinstance(value, bytes):
+                value = value.decode()
+            attrs.append(f'{a.name}={value}')
+        if node.op_type == 'Resize':
+            for slot, label in ((2, 'scales'), (3, 'sizes')):
+                if len(node.input) > slot and node.input[slot]:
+                    value = consts.get(node.input[slot])
+                    attrs.append(f'{label}=' + ('<computed>' if value is None else
+                                               ('[' + ','.join(
+                                                   repr(float(v)) if label == 'scales'
+                                                   else str(int(v)) for v in value.ravel())
+                                               + ']')))
+        lines.append(f'{node.op_type:<17} {node.name:<28} ' + ' '.join(attrs))
+    return lines
+
+
+def node_attributes(model_proto, op_type: str) -> List[Dict[str, object]]:
+    """Attributes of every ``op_type`` node (plus ``sizes``/``scales`` for Resize)."""
+    rows = []
+    for line in node_summary(model_proto):
+        if not line.startswith(op_type + ' '):
+            continue
+        fields = line.split()[2:]
+        row = {}
+        for field in fields:
+            key, _, value = field.partition('=')
+            row[key] = value
+        rows.append(row)
+    return rows

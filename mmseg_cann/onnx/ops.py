@@ -1,0 +1,179 @@
+"""Export backend: the CANN ops as ``mmseg_cann::*`` custom ops while exporting.
+
+While ``torch.export`` traces a model (``torch.onnx.export(..., dynamo=True)``, the
+default of torch 2.13), the ``'auto'`` backend resolves to this module (see
+:func:`mmseg_cann.backends.get_backend`). Each op becomes one custom op carrying the
+resolved geometry from :mod:`mmseg_cann.ops.geometry` -- output size, the scales PyTorch
+maps with, SAME/explicit pads -- so :mod:`mmseg_cann.onnx.translation` writes ONNX nodes
+with exactly the attributes the geometry prescribes instead of whatever a generic
+decomposition of ``F.interpolate`` would give.
+
+The four functions have the backend signatures of :mod:`mmseg_cann.backends.native`.
+Outside tracing the custom ops compute with the native backend, so a traced graph also
+runs eagerly.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import torch
+
+from ..backends import native
+from ..ops import geometry as geo
+from .state import current_opset
+from .translation import check_exportable
+
+#: ``align_corners`` is passed as an int: -1 (None), 0 or 1
+_AC = {None: -1, False: 0, True: 1}
+
+
+@torch.library.custom_op('mmseg_cann::upsample', mutates_args=())
+def _upsample_op(x: torch.Tensor, out_size: List[int], kernel_scales: List[float],
+                 in_size: List[int], mode: str, align_corners: int,
+                 antialias: bool) -> torch.Tensor:
+    """Resize ``x`` (N, C, H, W) to ``out_size``; ``kernel_scales`` 0 means ``in/out``."""
+    ac = None if align_corners < 0 else bool(align_corners)
+    if any(s > 0 for s in kernel_scales):
+        # an axis without a kernel scale is a copied axis: scale 1 reproduces it
+        scales = [s if s > 0 else 1.0 for s in kernel_scales]
+        return torch.nn.functional.interpolate(x, scale_factor=scales, mode=mode,
+                                               align_corners=ac, antialias=antialias)
+    return torch.nn.functional.interpolate(x, size=list(out_size), mode=mode,
+                                           align_corners=ac, antialias=antialias)
+
+
+@_upsample_op.register_fake
+def _(x, out_size, kernel_scales, in_size, mode, align_corners, antialias):
+    return x.new_empty((x.shape[0], x.shape[1], out_size[0], out_size[1]))
+
+
+@torch.library.custom_op('mmseg_cann::max_pool2d', mutates_args=())
+def _max_pool_op(x: torch.Tensor, kernel: List[int], stride: List[int], padding: str,
+                 pads: List[int], dilation: List[int], ceil_mode: bool) -> torch.Tensor:
+    """Max pooling; ``padding`` is a SAME string or ``'explicit'`` with ``pads`` (t, l, b, r)."""
+    return native.max_pool2d(x, _pool_spec(x, kernel, stride, padding, pads, dilation,
+                                           ceil_mode))
+
+
+@_max_pool_op.register_fake
+def _(x, kernel, stride, padding, pads, dilation, ceil_mode):
+    spec = _pool_spec(x, kernel, stride, padding, pads, dilation, ceil_mode)
+    return x.new_empty((x.shape[0], x.shape[1]) + spec.out_size)
+
+
+@torch.library.custom_op('mmseg_cann::avg_pool2d', mutates_args=())
+def _avg_pool_op(x: torch.Tensor, kernel: List[int], stride: List[int], padding: str,
+                 pads: List[int], ceil_mode: bool, count_include_pad: bool) -> torch.Tensor:
+    """Average pooling; arguments as ``max_pool2d`` (dilation 1)."""
+    return native.avg_pool2d(x, _pool_spec(x, kernel, stride, padding, pads, [1, 1],
+                                           ceil_mode), count_include_pad)
+
+
+@_avg_pool_op.register_fake
+def _(x, kernel, stride, padding, pads, ceil_mode, count_include_pad):
+    spec = _pool_spec(x, kernel, stride, padding, pads, [1, 1], ceil_mode)
+    return x.new_empty((x.shape[0], x.shape[1]) + spec.out_size)
+
+
+@torch.library.custom_op('mmseg_cann::adaptive_avg_pool2d', mutates_args=())
+def _adaptive_op(x: torch.Tensor, in_size: List[int], out_size: List[int]) -> torch.Tensor:
+    """Adaptive average pooling of a fixed-size input to ``out_size``."""
+    return torch.nn.functional.adaptive_avg_pool2d(x, out_size)
+
+
+@_adaptive_op.register_fake
+def _(x, in_size, out_size):
+    return x.new_empty((x.shape[0], x.shape[1], out_size[0], out_size[1]))
+
+
+def _pool_spec(x, kernel, stride, padding, pads, dilation, ceil_mode) -> geo.PoolSpec:
+    """The spec of a node's arguments (explicit pads may be asymmetric, see above)."""
+    if padding != 'explicit':
+        args = geo.PoolArgs(tuple(kernel), tuple(stride), padding, tuple(dilation), ceil_mode)
+        return geo.pool_spec(x.shape[-2:], args)
+    args = geo.PoolArgs(tuple(kernel), tuple(stride), (0, 0), tuple(dilation), ceil_mode)
+    out = []
+    for axis in range(2):
+        span = (int(x.shape[-2 + axis]) + pads[axis] + pads[axis + 2]
+                - geo.effective_kernel(kernel[axis], dilation[axis]))
+        out.append((-(-span // stride[axis]) if ceil_mode else span // stride[axis]) + 1)
+    return geo.PoolSpec(args, tuple(int(v) for v in x.shape[-2:]), tuple(out),
+                        (pads[0], pads[1]), (pads[2], pads[3]))
+
+
+def _padding_fields(spec: geo.PoolSpec, counts_padding: bool = False):
+    """``(padding, pads, ceil_mode)`` for the ONNX node.
+
+    ONNX's ``ceil_mode`` output size lacks PyTorch's rule that the last window starts
+    inside the input or left padding. Where the two differ, the node gets
+    ``ceil_mode=0`` and just enough extra end padding for PyTorch's output size: padded
+    cells never win a max and are not counted by an average that excludes padding; an
+    average that counts padding (``counts_padding``) would count them, so it raises.
+    """
+    padding = spec.args.padding
+    pads = list(spec.pad_begin) + list(spec.pad_end)
+    if isinstance(padding, str) and padding.startswith('same'):
+        return padding, pads, False
+    if not spec.args.ceil_mode:
+        return 'explicit', pads, False
+    ends = []
+    for axis in range(2):
+        n, k, s, d = (spec.in_size[axis], spec.kernel[axis], spec.stride[axis],
+                      spec.dilation[axis])
+        span = n + pads[axis] + pads[axis + 2] - geo.effective_kernel(k, d)
+        onnx_out = -(-span // s) + 1
+        ends.append(None if onnx_out == spec.out_size[axis] else
+                    (spec.out_size[axis] - 1) * s + geo.effective_kernel(k, d) - n - pads[axis])
+    if all(e is None for e in ends):
+        return 'explicit', pads, True
+    if counts_padding:
+        raise ValueError(
+            f'avg_pool2d with ceil_mode=True, count_include_pad=True on input '
+            f'{spec.in_size} (kernel {spec.kernel}, stride {spec.stride}, padding '
+            f'{spec.pad_begin}) cannot be exported exactly: ONNX ceil_mode adds a window '
+            'that PyTorch drops; use count_include_pad=False or ceil_mode=False')
+    for axis, end in enumerate(ends):
+        if end is not None:
+            pads[axis + 2] = end
+    return 'explicit', pads, False
+
+
+# ----------------------------------------------------------------------------------
+# backend interface
+# ----------------------------------------------------------------------------------
+def upsample(input: torch.Tensor, spec: geo.UpsampleSpec) -> torch.Tensor:
+    """The upsample custom op for ``spec`` (``mode='area'`` is adaptive average pooling)."""
+    if spec.mode == 'area':
+        return adaptive_avg_pool2d(input, spec.out_size)
+    check_exportable(spec, current_opset())
+    scales = [0.0 if s is None else float(s) for s in spec.kernel_scales]
+    return _upsample_op(input, list(spec.out_size), scales, list(spec.in_size), spec.mode,
+                        _AC[spec.align_corners], spec.antialias)
+
+
+def max_pool2d(input: torch.Tensor, spec: geo.PoolSpec, return_indices: bool = False):
+    """The max-pool custom op; ``return_indices`` has no exportable form."""
+    if return_indices:
+        raise ValueError('max_pool2d with return_indices=True cannot be exported to ONNX '
+                         'by mmseg_cann (ONNX MaxPool indices are not PyTorch flat '
+                         'indices); export the model without return_indices')
+    padding, pads, ceil_mode = _padding_fields(spec)
+    return _max_pool_op(input, list(spec.kernel), list(spec.stride), padding, pads,
+                        list(spec.dilation), ceil_mode)
+
+
+def avg_pool2d(input: torch.Tensor, spec: geo.PoolSpec, count_include_pad: bool = True,
+               divisor_override: Optional[int] = None) -> torch.Tensor:
+    """The average-pool custom op; ``divisor_override`` has no ONNX form."""
+    if divisor_override is not None:
+        raise ValueError(f'avg_pool2d with divisor_override={divisor_override} cannot be '
+                         'exported to ONNX (AveragePool has no divisor attribute); use '
+                         'divisor_override=None')
+    padding, pads, ceil_mode = _padding_fields(spec, count_include_pad)
+    return _avg_pool_op(input, list(spec.kernel), list(spec.stride), padding, pads,
+                        ceil_mode, count_include_pad)
+
+
+def adaptive_avg_pool2d(input: torch.Tensor, output_size) -> torch.Tensor:
+    """The adaptive average-pool custom op."""
+    return _adaptive_op(input, list(input.shape[-2:]), [int(v) for v in output_size])
