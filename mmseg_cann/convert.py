@@ -28,6 +28,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from torch import nn
 
 from .models import CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d, CANNUpsample
+from .fusion import apply_fusion
 from .models.registry import CANN_MODULES
 from .ops.upsample import upsample
 from .precision import PrecisionLike, normalize_precision
@@ -129,6 +130,7 @@ class ConversionReport:
 
     replaced: List[Tuple[str, str, str]] = dataclasses.field(default_factory=list)
     resize_modules: List[str] = dataclasses.field(default_factory=list)
+    fusion: object = None  # mmseg_cann.fusion.FusionReport when an option asked for it
 
     @property
     def counts(self) -> Dict[str, int]:
@@ -141,6 +143,8 @@ class ConversionReport:
             lines.append(f'  {count:4d} x {kind}')
         for path, old, new in self.replaced:
             lines.append(f'    {path or "<root>"}: {old} -> {new}')
+        if self.fusion is not None and str(self.fusion):
+            lines.append(str(self.fusion))
         return '\n'.join(lines)
 
 
@@ -213,7 +217,8 @@ def _replacement(module: nn.Module, upsample_on: bool, pooling_on: bool,
 
 def convert_model(model: nn.Module, *, upsample: bool = True, pooling: bool = True,
                   resize: bool = True, pool_precision: Optional[Mapping[str, PrecisionLike]] = None,
-                  upsample_precision: PrecisionLike = None, logger=None) -> nn.Module:
+                  upsample_precision: PrecisionLike = None, logger=None,
+                  fuse_upsample_add: bool = False, lean_predict: bool = False) -> nn.Module:
     """Replace upsample/pool modules with CANN modules in place; returns ``model``.
 
     Args:
@@ -227,6 +232,11 @@ def convert_model(model: nn.Module, *, upsample: bool = True, pooling: bool = Tr
             their ``precision`` (None: they follow the precision policy).
         upsample_precision: ``precision`` of the new upsample modules.
         logger: an mmengine logger for the report (default: the current MMLogger).
+        fuse_upsample_add: use :func:`mmseg_cann.ops.upsample_add` in the top-down paths
+            of mmseg's FPN neck and UPerHead (per instance; :mod:`mmseg_cann.fusion`).
+        lean_predict: a ``predict`` taking labels with :func:`mmseg_cann.ops.upsample_argmax`
+            without full-resolution logits (``seg_logits_low`` instead of ``seg_logits``;
+            :mod:`mmseg_cann.fusion`). Undo both with :func:`mmseg_cann.fusion.unfuse_model`.
 
     The report (``ConversionReport``) is logged and kept as ``model.cann_conversion_report``.
     """
@@ -247,6 +257,7 @@ def convert_model(model: nn.Module, *, upsample: bool = True, pooling: bool = Tr
             report.replaced.append((full, type(child).__name__, type(new).__name__))
     if resize:
         report.resize_modules = route_resize()
+    report.fusion = apply_fusion(inner, fuse_upsample_add, lean_predict)
     inner.cann_conversion_report = report
     _log(str(report), logger)
     return model

@@ -11,18 +11,22 @@
     resolution argmax gathered to full size (exact, ties included).
     Bilinear: output rows are processed in bands; for each band the needed low
     resolution rows are interpolated along W, then along H, and reduced by argmax over
-    classes, so at most one band of intermediate values exists at a time. The weights
+    classes, so at most one band of intermediate values exists at a time. Bands are as
+    large as :data:`BAND_FRACTION` of the unfused full-resolution logits allows (few
+    bands: each is one compiled call, see :func:`_band_rows`), and the compiled band
+    function stores its labels into the result (no per-band copy in Python). The weights
     are PyTorch's (float32 source coordinates, ``geometry`` rules) and the arithmetic
     order is that of PyTorch's NCHW CPU kernel (``(x00*w0 + x01*w1)*h0 + (...)*h1``),
     the interpolated value is rounded to the input dtype before the argmax. Large
-    inputs run the band function through ``torch.compile`` (one compiled graph per
-    configuration, cached), small ones eagerly.
+    outputs run the band function through ``torch.compile`` (one compiled graph per
+    configuration, cached); small ones (under :data:`COMPILE_MIN_ELEMENTS`) run one
+    band eagerly.
 """
 from __future__ import annotations
 
 import types
 from functools import lru_cache
-from typing import List, Tuple
+from typing import Tuple
 
 import torch
 
@@ -32,8 +36,12 @@ from . import native
 
 #: outputs with at least this many elements (N*C*H*W) use the compiled band function
 COMPILE_MIN_ELEMENTS = 1 << 20
-#: number of output-row bands of the bilinear argmax
-ARGMAX_BANDS = 4
+#: the bilinear argmax's band temporaries stay within this fraction of the unfused
+#: computation's full-resolution logits (the issue's peak-memory target is 0.1x)
+BAND_FRACTION = 0.08
+#: and a band's W-interpolated rows stay within this many bytes (measured: with 150
+#: classes, 4 bands of 21 MB ran faster than 2 of 45 MB or 8 of 11 MB)
+BAND_MAX_BYTES = 24 << 20
 
 
 def upsample_add(input: torch.Tensor, other: torch.Tensor,
@@ -74,18 +82,19 @@ def upsample_argmax(logits: torch.Tensor, spec: geo.UpsampleSpec) -> torch.Tenso
         cols = torch.from_numpy(ref.nearest_indices(w, W, None, exact)).to(logits.device)
         low = logits.argmax(1)
         return low[:, rows][:, :, cols]
-    plan = _band_plan(h, H, bool(spec.align_corners))
-    cw = [t.to(logits.device) for t in linear_taps(w, W, bool(spec.align_corners))]
-    n = logits.shape[0]
+    n, c = logits.shape[:2]
+    align = bool(spec.align_corners)
     out = torch.empty((n, H, W), dtype=torch.int64, device=logits.device)
     if n == 0:
         return out
-    big = n * logits.shape[1] * H * W >= COMPILE_MIN_ELEMENTS
-    fn = _compiled_band(logits.device.type, logits.dtype) if big else _argmax_band
+    big = n * c * H * W >= COMPILE_MIN_ELEMENTS
+    rows = _band_rows(n, c, h, w, H, W, logits.element_size()) if big else H
+    plan = _band_plan(h, H, align, rows)
+    cw = [t.to(logits.device) for t in linear_taps(w, W, align)]
+    fn = _compiled_band(logits.device.type, logits.dtype) if big else _argmax_band_into
     for y0, r0, rows_needed, taps in plan:
-        band = logits[:, :, r0:r0 + rows_needed]
         ch = [t.to(logits.device) for t in taps]
-        out[:, y0:y0 + len(ch[0])] = fn(band, *ch, *cw)
+        fn(out[:, y0:y0 + len(ch[0])], logits[:, :, r0:r0 + rows_needed], *ch, *cw)
     return out
 
 
@@ -98,26 +107,49 @@ def _argmax_band(x, ih0, ih1, lh0, lh1, iw0, iw1, lw0, lw1):
     return v.to(x.dtype).argmax(1)
 
 
+def _argmax_band_into(out, x, ih0, ih1, lh0, lh1, iw0, iw1, lw0, lw1) -> None:
+    """:func:`_argmax_band` written into ``out`` (``(N, rows, W)`` int64, a view of the
+    result). Compiled, the copy is the store of the argmax kernel: no band temporary."""
+    out.copy_(_argmax_band(x, ih0, ih1, lh0, lh1, iw0, iw1, lw0, lw1))
+
+
 @lru_cache(maxsize=16)
 def _compiled_band(device_type: str, dtype: torch.dtype):
     # Dynamo keeps its compiled graphs (and its recompile limit) per code object; a
     # copy of the code per (device, dtype) keeps configurations from evicting each other.
-    code = _argmax_band.__code__.replace(co_name=f'_argmax_band_{device_type}_'
-                                                 f'{str(dtype).replace("torch.", "")}')
-    fn = types.FunctionType(code, _argmax_band.__globals__, code.co_name)
+    code = _argmax_band_into.__code__.replace(
+        co_name=f'_argmax_band_{device_type}_{str(dtype).replace("torch.", "")}')
+    fn = types.FunctionType(code, _argmax_band_into.__globals__, code.co_name)
     return torch.compile(fn, dynamic=False)
 
 
-@lru_cache(maxsize=64)
-def _band_plan(h: int, H: int, align_corners: bool) -> List[tuple]:
-    """Bands of output rows: ``(y0, r0, R, (i0, i1, w0, w1) relative to r0)``.
+def _band_rows(n: int, c: int, h: int, w: int, H: int, W: int, itemsize: int) -> int:
+    """Output rows per band: the most that keep one band's temporaries (the float32
+    W-interpolated low resolution rows, ``R = rows*h/H + 2`` of ``N*C*W`` values, and
+    the band's int64 labels) within :data:`BAND_FRACTION` of the full-resolution logits
+    the unfused computation makes (``N*C*H*W`` values of ``itemsize`` bytes), and the
+    W-interpolated rows within :data:`BAND_MAX_BYTES`.
+
+    As few bands as the memory budget allows: each band is one compiled call whose
+    parallel loops end in a barrier, and on a CPU shared with other processes every
+    barrier waits for a descheduled thread (README, "Why the banded path was slow").
+    """
+    budget = BAND_FRACTION * n * c * H * W * itemsize
+    per_low_row, per_out_row = 4 * n * c * W, 8 * n * W
+    rows = (budget - 2 * per_low_row) / (per_low_row * h / H + per_out_row)
+    rows = min(rows, (BAND_MAX_BYTES / per_low_row - 2) * H / h)
+    return int(min(H, max(1, rows)))
+
+
+@lru_cache(maxsize=256)
+def _band_plan(h: int, H: int, align_corners: bool, band: int) -> Tuple[tuple, ...]:
+    """Bands of ``band`` output rows: ``(y0, r0, R, (i0, i1, w0, w1) relative to r0)``.
 
     Every band has the same number of output rows and of low resolution rows ``R``
-    (the last band overlaps its neighbour instead of being shorter), so one compiled
-    graph serves every band.
+    (the last band overlaps its neighbour instead of being shorter, writing the same
+    labels twice), so one compiled graph serves every band.
     """
     i0, i1, w0, w1 = linear_taps(h, H, align_corners)
-    band = -(-H // ARGMAX_BANDS)
     starts = sorted({min(y, H - band) for y in range(0, H, band)})
     need = max(int(i1[y + band - 1]) - int(i0[y]) + 1 for y in starts)
     plan = []
@@ -125,4 +157,4 @@ def _band_plan(h: int, H: int, align_corners: bool) -> List[tuple]:
         r0 = max(0, min(int(i0[y]), h - need))
         sl = slice(y, y + band)
         plan.append((y, r0, need, (i0[sl] - r0, i1[sl] - r0, w0[sl], w1[sl])))
-    return plan
+    return tuple(plan)

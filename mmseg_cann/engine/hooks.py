@@ -23,6 +23,7 @@ class CANNOpsHook(Hook):
             precision policy for the run (None keeps the current policy).
         upsample_precision: the policy's ``upsample`` entry (None keeps it).
         upsample, pooling, resize: what :func:`mmseg_cann.convert_model` converts.
+        fuse_upsample_add, lean_predict: its opt-in fusions (:mod:`mmseg_cann.fusion`).
 
     The conversion runs once (the first of ``before_run``/``before_train``/``before_val``/
     ``before_test`` that sees an unconverted model) and its report is logged once.
@@ -32,7 +33,8 @@ class CANNOpsHook(Hook):
 
     def __init__(self, pool_precision: Optional[Mapping[str, PrecisionLike]] = None,
                  upsample_precision: PrecisionLike = None, upsample: bool = True,
-                 pooling: bool = True, resize: bool = True) -> None:
+                 pooling: bool = True, resize: bool = True, fuse_upsample_add: bool = False,
+                 lean_predict: bool = False) -> None:
         from ..precision import PrecisionPolicy
         # validate now, so a bad config fails when the hook is built
         PrecisionPolicy().updated(pool_precision, upsample_precision)
@@ -41,6 +43,8 @@ class CANNOpsHook(Hook):
         self.upsample = upsample
         self.pooling = pooling
         self.resize = resize
+        self.fuse_upsample_add = fuse_upsample_add
+        self.lean_predict = lean_predict
         self.report = None
 
     def _convert(self, runner) -> None:
@@ -51,7 +55,8 @@ class CANNOpsHook(Hook):
         if self.pool_precision is not None or self.upsample_precision is not None:
             set_precision_policy(self.pool_precision, self.upsample_precision)
         convert_model(runner.model, upsample=self.upsample, pooling=self.pooling,
-                      resize=self.resize, logger=runner.logger)
+                      resize=self.resize, logger=runner.logger,
+                      fuse_upsample_add=self.fuse_upsample_add, lean_predict=self.lean_predict)
         self.report = model.cann_conversion_report
 
     def before_run(self, runner) -> None:

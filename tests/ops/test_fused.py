@@ -133,7 +133,8 @@ def test_band_plan_covers_every_row_with_valid_taps():
         for ac in (False, True):
             i0, i1, _, _ = fused_backend.linear_taps(h, H, ac)
             covered = torch.zeros(H, dtype=torch.bool)
-            for y0, r0, rows, (a, b, w0, w1) in fused_backend._band_plan(h, H, ac):
+            for y0, r0, rows, (a, b, w0, w1) in fused_backend._band_plan(
+                    h, H, ac, max(1, H // 3)):
                 assert 0 <= r0 and r0 + rows <= h
                 assert int(a.min()) >= 0 and int(b.max()) < rows
                 assert torch.equal(a + r0, i0[y0:y0 + len(a)])
