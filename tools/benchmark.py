@@ -102,7 +102,8 @@ def _pspnet_case(name, hw):
         from mmengine.config import Config
         from mmengine.registry import init_default_scope
         from mmseg.registry import MODELS
-        import tempfile, os
+        import os
+        import tempfile
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, 'cfg.py')
             with open(path, 'w') as f:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from mmseg_cann.ops import avg_pool2d, max_pool2d
 from mmseg_cann.ops import reference as ref
