@@ -4,13 +4,16 @@
     python tools/export_onnx.py CONFIG [CHECKPOINT] --shape H W --out FILE
         [--opset N] [--dynamic] [--verify] [--cfg-options k=v ...]
 
-Builds the model from CONFIG, converts it with ``mmseg_cann.convert_model`` (CANN
+Builds the model from CONFIG (SyncBN as BN; without CHECKPOINT no pretrained weights are
+downloaded and mmseg's initialisation is used, seeded), converts it with ``mmseg_cann.convert_model`` (CANN
 modules, mmseg ``resize`` routed), exports the whole-image forward to logits at the
 input size (``(1, 3, H, W)`` in, ``(1, num_classes, H, W)`` out: the decode head's
 logits resized as mmseg's inference does), checks the graph with ``onnx.checker``,
 prints the Resize/pool nodes with their attributes and, with ``--verify``, compares
 onnxruntime (CPU) with PyTorch on random and synthetic inputs, exiting 1 beyond
-``--atol`` or when the argmax agreement is below ``--min-agree``.
+``--atol`` or when the argmax agreement is below ``--min-agree``. The config's
+``CANNOpsHook`` (training/testing runtime) plays no part: the tool converts the model
+itself and the export backend translates every CANN op.
 """
 from __future__ import annotations
 
@@ -69,13 +72,44 @@ def build_model(config: str, checkpoint=None, cfg_options=()):
         cfg.merge_from_dict(parser.parse_args(['--o', *cfg_options]).o)
     init_default_scope(cfg.get('default_scope', 'mmseg'))
     _cpu_norms(cfg.model)
+    if not checkpoint:
+        _no_pretrained(cfg.model)
     model = MODELS.build(cfg.model)
     if checkpoint:
         from mmengine.runner import load_checkpoint
         load_checkpoint(model, checkpoint, map_location='cpu')
+    else:
+        # mmseg's own initialisation (seeded): realistic activations for --verify
+        torch.manual_seed(0)
+        _quiet_init(model)
     model.eval()
     mmseg_cann.convert_model(model)
     return WholeImageLogits(model).eval()
+
+
+def _no_pretrained(model_cfg) -> None:
+    """Without CHECKPOINT nothing is downloaded: drop ``pretrained`` and the backbone's
+    ``Pretrained`` ``init_cfg`` (the shipped configs start from ImageNet weights)."""
+    model_cfg['pretrained'] = None
+    backbone = model_cfg.get('backbone')
+    if isinstance(backbone, dict):
+        init_cfg = backbone.get('init_cfg')
+        if isinstance(init_cfg, dict) and init_cfg.get('type') == 'Pretrained':
+            backbone.pop('init_cfg')
+
+
+def _quiet_init(model) -> None:
+    """``model.init_weights()`` without mmengine's per-parameter info log."""
+    import logging
+
+    from mmengine.logging import MMLogger
+    logger = MMLogger.get_current_instance()
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        model.init_weights()
+    finally:
+        logger.setLevel(level)
 
 
 def _cpu_norms(node):
