@@ -83,6 +83,32 @@ def test_tool_exit_codes(tool, tmp_path, monkeypatch, capsys):
     assert 'verification FAILED' in capsys.readouterr().out
 
 
+def test_tool_simplify_keeps_exact_graph(tool, tmp_path, monkeypatch, capsys):
+    pytest.importorskip('onnxslim')
+    monkeypatch.setattr(tool, 'build_model', _tiny_model)
+    args = ['unused.py', '--shape', '12', '20', '--out', str(tmp_path / 'tiny.onnx'),
+            '--verify', '--simplify']
+    assert tool.main(args) == 0
+    text = capsys.readouterr().out
+    assert 'simplified with onnxslim' in text and 'verification passed' in text
+    assert tool.main(args[:-1]) == 0  # the same export, not simplified
+    plain = capsys.readouterr().out
+
+    def nodes(out):
+        return [line for line in out.splitlines() if line.startswith('  ')]
+    # the slimmed graph keeps every Resize/pool node and its attributes
+    assert nodes(text) == nodes(plain) and len(nodes(text)) == 2
+    assert 'Resize' in nodes(text)[0] and 'kernel_shape=[2, 2]' in nodes(text)[1]
+
+
+def test_tool_dynamic_refusal_exits_2(tool, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(tool, 'build_model', _tiny_model)
+    args = ['unused.py', '--shape', '12', '20', '--out', str(tmp_path / 'tiny.onnx'),
+            '--dynamic']
+    assert tool.main(args) == 2
+    assert 'dynamic height/width export is not supported' in capsys.readouterr().err
+
+
 def test_no_pretrained_without_checkpoint(tool):
     from mmengine.config import Config
     cfg = Config(dict(model=dict(pretrained='open-mmlab://resnet50_v1c', backbone=dict(
