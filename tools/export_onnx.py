@@ -2,15 +2,20 @@
 """Export an mmseg model with the CANN ops to ONNX (for Ascend ATC), check and verify it.
 
     python tools/export_onnx.py CONFIG [CHECKPOINT] --shape H W --out FILE
-        [--opset N] [--dynamic] [--verify] [--cfg-options k=v ...]
+        [--opset N] [--dynamic] [--verify] [--simplify] [--cfg-options k=v ...]
 
-Builds the model from CONFIG, converts it with ``mmseg_cann.convert_model`` (CANN
+Builds the model from CONFIG (SyncBN as BN; without CHECKPOINT no pretrained weights are
+downloaded and mmseg's initialisation is used, seeded), converts it with ``mmseg_cann.convert_model`` (CANN
 modules, mmseg ``resize`` routed), exports the whole-image forward to logits at the
 input size (``(1, 3, H, W)`` in, ``(1, num_classes, H, W)`` out: the decode head's
 logits resized as mmseg's inference does), checks the graph with ``onnx.checker``,
 prints the Resize/pool nodes with their attributes and, with ``--verify``, compares
 onnxruntime (CPU) with PyTorch on random and synthetic inputs, exiting 1 beyond
-``--atol`` or when the argmax agreement is below ``--min-agree``.
+``--atol`` or when the argmax agreement is below ``--min-agree`` (exit 2 when the model
+cannot be exported exactly, with the reason). ``--simplify`` slims the graph with
+onnxslim before it is saved and verified. The config's
+``CANNOpsHook`` (training/testing runtime) plays no part: the tool converts the model
+itself and the export backend translates every CANN op.
 """
 from __future__ import annotations
 
@@ -48,6 +53,8 @@ def parse_args(argv=None):
     parser.add_argument('--dynamic', action='store_true',
                         help='dynamic batch/height/width (verified at two sizes)')
     parser.add_argument('--verify', action='store_true')
+    parser.add_argument('--simplify', action='store_true',
+                        help='slim the graph with onnxslim (verified like the export)')
     parser.add_argument('--atol', type=float, default=1e-4)
     parser.add_argument('--min-agree', type=float, default=0.999)
     parser.add_argument('--cfg-options', nargs='+', default=[], metavar='KEY=VALUE',
@@ -69,13 +76,44 @@ def build_model(config: str, checkpoint=None, cfg_options=()):
         cfg.merge_from_dict(parser.parse_args(['--o', *cfg_options]).o)
     init_default_scope(cfg.get('default_scope', 'mmseg'))
     _cpu_norms(cfg.model)
+    if not checkpoint:
+        _no_pretrained(cfg.model)
     model = MODELS.build(cfg.model)
     if checkpoint:
         from mmengine.runner import load_checkpoint
         load_checkpoint(model, checkpoint, map_location='cpu')
+    else:
+        # mmseg's own initialisation (seeded): realistic activations for --verify
+        torch.manual_seed(0)
+        _quiet_init(model)
     model.eval()
     mmseg_cann.convert_model(model)
     return WholeImageLogits(model).eval()
+
+
+def _no_pretrained(model_cfg) -> None:
+    """Without CHECKPOINT nothing is downloaded: drop ``pretrained`` and the backbone's
+    ``Pretrained`` ``init_cfg`` (the shipped configs start from ImageNet weights)."""
+    model_cfg['pretrained'] = None
+    backbone = model_cfg.get('backbone')
+    if isinstance(backbone, dict):
+        init_cfg = backbone.get('init_cfg')
+        if isinstance(init_cfg, dict) and init_cfg.get('type') == 'Pretrained':
+            backbone.pop('init_cfg')
+
+
+def _quiet_init(model) -> None:
+    """``model.init_weights()`` without mmengine's per-parameter info log."""
+    import logging
+
+    from mmengine.logging import MMLogger
+    logger = MMLogger.get_current_instance()
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        model.init_weights()
+    finally:
+        logger.setLevel(level)
 
 
 def _cpu_norms(node):
@@ -108,11 +146,17 @@ def main(argv=None) -> int:
     model = build_model(args.config, args.checkpoint, args.cfg_options)
     h, w = args.shape
     example = torch.randn(1, 3, h, w)
-    proto = export_onnx(model, example, args.out, opset=args.opset, dynamic=args.dynamic,
-                        output_names=['logits'])
+    try:
+        proto = export_onnx(model, example, args.out, opset=args.opset,
+                            dynamic=args.dynamic, output_names=['logits'],
+                            simplify=args.simplify)
+    except ValueError as exc:  # an unexportable op or setting, explained
+        print(f'export failed: {exc}', file=sys.stderr)
+        return 2
     print(f'exported {args.out} (opset {args.opset}, '
-          f'{"dynamic" if args.dynamic else "fixed"} shape, {len(proto.graph.node)} nodes); '
-          'onnx.checker: ok')
+          f'{"dynamic" if args.dynamic else "fixed"} shape, '
+          f'{"simplified with onnxslim, " if args.simplify else ""}'
+          f'{len(proto.graph.node)} nodes); onnx.checker: ok')
     print('Resize / pooling nodes:')
     for line in node_summary(proto):
         print('  ' + line)

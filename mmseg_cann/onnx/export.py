@@ -20,7 +20,7 @@ SUMMARY_OPS = ('Resize', 'MaxPool', 'AveragePool', 'GlobalAveragePool', 'GlobalM
 def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.Tensor, ...]],
                 path: Optional[Union[str, os.PathLike]] = None, *, opset: int = DEFAULT_OPSET,
                 dynamic: bool = False, input_names: Sequence[str] = ('input',),
-                output_names: Optional[Sequence[str]] = None):
+                output_names: Optional[Sequence[str]] = None, simplify: bool = False):
     """Export ``model(*inputs)`` to ONNX and check it with ``onnx.checker``.
 
     Args:
@@ -31,6 +31,8 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
         opset: ONNX opset, >= 17 (antialiasing needs 18).
         dynamic: make batch, height and width of every input dynamic.
         input_names, output_names: graph input/output names.
+        simplify: run ``onnxslim.slim`` on the exported graph (PyPI ``onnxslim``,
+            ``requirements/tests.txt``); the result is checked like the export.
 
     Returns:
         the ``onnx.ModelProto``.
@@ -56,10 +58,27 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
     proto = program.model_proto
     if dynamic:
         _check_dynamic(proto)
+    if simplify:
+        proto = simplify_onnx(proto)
     onnx.checker.check_model(proto, full_check=True)
     if path is not None:
         onnx.save(proto, os.fspath(path))
     return proto
+
+
+def simplify_onnx(proto):
+    """``onnxslim.slim(proto)`` (constant folding, dead-node and shape-op elimination).
+
+    The Resize/pool attributes are not rewritten by it; whether the slimmed graph still
+    matches PyTorch is for :func:`verify_onnx` (the export tool's ``--verify``) to show.
+    """
+    try:
+        import onnxslim
+    except ImportError as exc:
+        raise ValueError('simplify=True needs the onnxslim package (pip install onnxslim)') \
+            from exc
+    with _quiet():
+        return onnxslim.slim(proto)
 
 
 def _check_dynamic(proto) -> None:

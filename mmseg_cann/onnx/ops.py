@@ -8,7 +8,8 @@ maps with, SAME/explicit pads -- so :mod:`mmseg_cann.onnx.translation` writes ON
 with exactly the attributes the geometry prescribes instead of whatever a generic
 decomposition of ``F.interpolate`` would give.
 
-The four functions have the backend signatures of :mod:`mmseg_cann.backends.native`.
+The functions have the backend signatures of :mod:`mmseg_cann.backends.native`; the fused
+ops (``upsample_add``, ``upsample_argmax``) export as their unfused equivalents.
 Outside tracing the custom ops compute with the native backend, so a traced graph also
 runs eagerly.
 """
@@ -177,3 +178,16 @@ def avg_pool2d(input: torch.Tensor, spec: geo.PoolSpec, count_include_pad: bool 
 def adaptive_avg_pool2d(input: torch.Tensor, output_size) -> torch.Tensor:
     """The adaptive average-pool custom op."""
     return _adaptive_op(input, list(input.shape[-2:]), [int(v) for v in output_size])
+
+
+def upsample_add(input: torch.Tensor, other: torch.Tensor,
+                 spec: geo.UpsampleSpec) -> torch.Tensor:
+    """The fused op as its unfused equivalent: the upsample custom op (ONNX ``Resize``)
+    then ``Add``, ``other + upsample(input)`` as PyTorch computes it."""
+    return other + upsample(input, spec)
+
+
+def upsample_argmax(logits: torch.Tensor, spec: geo.UpsampleSpec) -> torch.Tensor:
+    """The fused op as ``Resize`` then ``ArgMax`` over channels (int64 ``(N, H, W)``;
+    ties take the first index in both PyTorch and ONNX)."""
+    return upsample(logits, spec).argmax(1)

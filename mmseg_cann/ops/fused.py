@@ -9,7 +9,9 @@ The arguments are validated with the shared rules of :mod:`.geometry` and :mod:`
 before any kernel runs. Backends (``backend=``):
 
 ``'auto'``
-    ``'fused'`` when no gradient is needed, ``'native'`` otherwise (autograd).
+    ``'fused'`` when no gradient is needed, ``'native'`` otherwise (autograd); while
+    :func:`mmseg_cann.onnx.export_onnx` traces, the unfused export form
+    (:mod:`mmseg_cann.onnx.ops`: ``Resize`` + ``Add`` / ``Resize`` + ``ArgMax``).
 ``'native'``
     the unfused eager computation (PyTorch's kernels; differentiable).
 ``'fused'``
@@ -66,6 +68,10 @@ def _needs_grad(*tensors: torch.Tensor) -> bool:
 
 def _pick(name: str, backend: str, *tensors: torch.Tensor):
     if backend == 'auto':
+        from ..onnx.state import export_backend
+        exporting = export_backend()
+        if exporting is not None:  # ONNX export: Resize + Add / Resize + ArgMax
+            return exporting
         backend = 'native' if _needs_grad(*tensors) else 'fused'
     elif backend in ('fused', 'triton') and _needs_grad(*tensors):
         record_fallback(name, f'the {backend!r} backend is not differentiable; inputs that '
