@@ -133,7 +133,8 @@ class _quiet:
         self._warn = warnings.catch_warnings()
         self._warn.__enter__()
         warnings.simplefilter('ignore')
-        import contextlib, io
+        import contextlib
+        import io
         self._out = contextlib.redirect_stdout(io.StringIO())
         self._out.__enter__()
 

@@ -4,7 +4,6 @@ Plain ONNX graphs, no torch export: a 1-D ramp resized along W returns its indic
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 
