@@ -8,6 +8,8 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
+from mmseg_cann.utils.config import sync_bn_to_bn
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -23,17 +25,6 @@ def load_config(path_or_base: str) -> Config:
     return Config.fromfile(os.path.join(REPO_ROOT, path_or_base))
 
 
-def _bn(cfg_node):
-    if isinstance(cfg_node, dict):
-        if cfg_node.get('type') == 'SyncBN':
-            cfg_node['type'] = 'BN'
-        for value in cfg_node.values():
-            _bn(value)
-    elif isinstance(cfg_node, list):
-        for value in cfg_node:
-            _bn(value)
-
-
 def build_small(base: str, depth: int = 18, channels: int = 32):
     """Build an mmseg segmentor from ``base`` with a ResNet-``depth`` and thin heads."""
     from mmseg.registry import MODELS
@@ -41,7 +32,7 @@ def build_small(base: str, depth: int = 18, channels: int = 32):
     cfg = load_config(base)
     model_cfg = cfg.model
     model_cfg.pretrained = None
-    _bn(model_cfg)
+    sync_bn_to_bn(model_cfg)
     backbone = model_cfg.backbone
     if backbone.get('type', '').startswith('ResNet'):
         backbone.depth = depth

@@ -69,13 +69,14 @@ def build_model(config: str, checkpoint=None, cfg_options=()):
     from mmseg.registry import MODELS
 
     import mmseg_cann
+    from mmseg_cann.utils.config import sync_bn_to_bn
     cfg = Config.fromfile(config)
     if cfg_options:
         parser = argparse.ArgumentParser()
         parser.add_argument('--o', nargs='+', action=DictAction)
         cfg.merge_from_dict(parser.parse_args(['--o', *cfg_options]).o)
     init_default_scope(cfg.get('default_scope', 'mmseg'))
-    _cpu_norms(cfg.model)
+    sync_bn_to_bn(cfg.model)  # SyncBN has no single-process CPU forward
     if not checkpoint:
         _no_pretrained(cfg.model)
     model = MODELS.build(cfg.model)
@@ -114,18 +115,6 @@ def _quiet_init(model) -> None:
         model.init_weights()
     finally:
         logger.setLevel(level)
-
-
-def _cpu_norms(node):
-    """SyncBN has no single-process CPU forward: use BN (same inference math)."""
-    if isinstance(node, dict):
-        if node.get('type') == 'SyncBN':
-            node['type'] = 'BN'
-        for value in node.values():
-            _cpu_norms(value)
-    elif isinstance(node, (list, tuple)):
-        for value in node:
-            _cpu_norms(value)
 
 
 def verification_inputs(shape, seed=0):

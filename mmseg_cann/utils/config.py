@@ -72,17 +72,21 @@ def use_cpu_optim_wrapper(cfg) -> bool:
     return True
 
 
-def _sync_bn_to_bn(node) -> int:
+def sync_bn_to_bn(node) -> int:
+    """Replace every ``SyncBN`` norm config under ``node`` by ``BN``; returns the count.
+
+    PyTorch's SyncBatchNorm runs on GPUs only; BN computes the same inference math.
+    """
     count = 0
     if isinstance(node, dict):
         if node.get('type') == 'SyncBN':
             node['type'] = 'BN'
             count += 1
         for value in node.values():
-            count += _sync_bn_to_bn(value)
+            count += sync_bn_to_bn(value)
     elif isinstance(node, (list, tuple)):
         for value in node:
-            count += _sync_bn_to_bn(value)
+            count += sync_bn_to_bn(value)
     return count
 
 
@@ -100,7 +104,7 @@ def use_cpu_distributed(cfg) -> bool:
     wrapper = cfg.get('model_wrapper_cfg') or dict(type='MMDistributedDataParallel')
     wrapper['device_ids'] = None
     cfg.model_wrapper_cfg = wrapper
-    _sync_bn_to_bn(cfg.model)
+    sync_bn_to_bn(cfg.model)
     return True
 
 

@@ -119,9 +119,7 @@ def test_no_pretrained_without_checkpoint(tool):
         type='ResNetV1c', init_cfg=dict(type='Pretrained', checkpoint='x.pth'),
         norm_cfg=dict(type='SyncBN')))))
     tool._no_pretrained(cfg.model)
-    tool._cpu_norms(cfg.model)
     assert cfg.model.pretrained is None and 'init_cfg' not in cfg.model.backbone
-    assert cfg.model.backbone.norm_cfg.type == 'BN'
 
 
 def test_dynamic_export_refuses_specialised_graph():
