@@ -25,6 +25,8 @@ $(STAMP): setup.py requirements/build.txt requirements/runtime.txt requirements/
 	# 1. torch first: the CPU wheel on local disk (a bare `torch` would pull a CUDA build).
 	$(PIP) install -q torch==2.13.0
 	# 2. build tools, then mmcv with compiled ops built against that torch (cached by pip).
+	#    pip reports that torch asks for setuptools>=77: mmcv 2.1's setup.py needs <70
+	#    (pkg_resources), and nothing here needs a newer setuptools at run time.
 	$(PIP) install -q -r requirements/build.txt
 	$(PIP) install -q --no-build-isolation mmcv==2.1.0
 	# 3. the OpenMMLab stack, this package (editable) and the test dependencies.
