@@ -1,26 +1,31 @@
 """Fast implementations of the fused decoder ops (``mmseg_cann.ops.fused``).
 
 ``upsample_add``
-    Upsamples into a fresh tensor with PyTorch's own kernel and adds the lateral in
-    place. The values are those of ``other + upsample(input)`` bit for bit; the saving
-    is the second full-size allocation (on CPU a fresh tensor is filled at about a third
-    of copy bandwidth because of page faults, DESIGN.md 2.4).
+    Bilinear upsampling of float32 NCHW CPU tensors runs the numba kernel of
+    :mod:`.numba_cpu`: one pass that writes ``other + upsample(input)`` into the output,
+    bit-identical to PyTorch's result (its arithmetic, fused multiply-adds included).
+    Otherwise: upsamples into a fresh tensor with PyTorch's own kernel and adds the
+    lateral in place (bit for bit the unfused values; the saving is the second
+    full-size allocation: on CPU a fresh tensor is filled at about a third of copy
+    bandwidth because of page faults, DESIGN.md 2.4).
 
 ``upsample_argmax``
     Nearest modes: the argmax commutes with the gather, so the labels are the low
     resolution argmax gathered to full size (exact, ties included).
-    Bilinear: output rows are processed in bands; for each band the needed low
-    resolution rows are interpolated along W, then along H, and reduced by argmax over
-    classes, so at most one band of intermediate values exists at a time. Bands are as
-    large as :data:`BAND_FRACTION` of the unfused full-resolution logits allows (few
-    bands: each is one compiled call, see :func:`_band_rows`), and the compiled band
-    function stores its labels into the result (no per-band copy in Python). The weights
-    are PyTorch's (float32 source coordinates, ``geometry`` rules) and the arithmetic
-    order is that of PyTorch's NCHW CPU kernel (``(x00*w0 + x01*w1)*h0 + (...)*h1``),
-    the interpolated value is rounded to the input dtype before the argmax. Large
-    outputs run the band function through ``torch.compile`` (one compiled graph per
-    configuration, cached); small ones (under :data:`COMPILE_MIN_ELEMENTS`) run one
-    band eagerly.
+    Bilinear, float32 on CPU: the numba kernel of :mod:`.numba_cpu` (chunks of output
+    rows in parallel; two W-interpolated low-resolution rows per chunk; a running
+    argmax over classes; no full-resolution logits).
+    Bilinear otherwise (other dtypes and devices, or without numba): output rows are
+    processed in bands; for each band the needed low resolution rows are interpolated
+    along W, then along H, and reduced by argmax over classes, so at most one band of
+    intermediate values exists at a time. Bands are as large as :data:`BAND_FRACTION` of
+    the unfused full-resolution logits allows (few bands: each is one compiled call, see
+    :func:`_band_rows`), and the compiled band function stores its labels into the
+    result (no per-band copy in Python). The weights are PyTorch's (float32 source
+    coordinates, ``geometry`` rules), the interpolated value is rounded to the input
+    dtype before the argmax. Large outputs run the band function through
+    ``torch.compile`` (one compiled graph per configuration, cached); small ones (under
+    :data:`COMPILE_MIN_ELEMENTS`) run one band eagerly.
 """
 from __future__ import annotations
 
@@ -32,8 +37,11 @@ import torch
 
 from ..ops import geometry as geo
 from ..ops import reference as ref
-from . import native
+from . import native, numba_cpu
 
+#: run the numba CPU kernels (:mod:`.numba_cpu`) where they apply; False forces the
+#: torch paths below (for comparisons and for machines where numba misbehaves)
+USE_NUMBA = True
 #: outputs with at least this many elements (N*C*H*W) use the compiled band function
 COMPILE_MIN_ELEMENTS = 1 << 20
 #: the bilinear argmax's band temporaries stay within this fraction of the unfused
@@ -47,7 +55,30 @@ BAND_MAX_BYTES = 24 << 20
 def upsample_add(input: torch.Tensor, other: torch.Tensor,
                  spec: geo.UpsampleSpec) -> torch.Tensor:
     """``other + upsample(input)`` written with one full-size allocation (not differentiable)."""
+    if _numba_kernel_applies(spec, input, other) and all(
+            o >= i for i, o in zip(spec.in_size, spec.out_size)):
+        out = torch.empty_like(other, memory_format=torch.contiguous_format)
+        numba_cpu.upsample_add_into(input.numpy(), other.numpy(), out.numpy(),
+                                    *_numpy_taps(spec))
+        return out
     return native.upsample(input, spec).add_(other)
+
+
+def _numba_kernel_applies(spec: geo.UpsampleSpec, *tensors: torch.Tensor) -> bool:
+    """Whether :mod:`.numba_cpu` runs this call: bilinear, C-contiguous NCHW float32 CPU
+    tensors (PyTorch computes float64 coordinates for float64 input; the taps here are
+    float32), numba installed and not switched off (:data:`USE_NUMBA`)."""
+    return (USE_NUMBA and spec.mode == 'bilinear' and not spec.antialias
+            and all(t.device.type == 'cpu' and t.dtype == torch.float32
+                    and t.is_contiguous() for t in tensors)
+            and numba_cpu.available())
+
+
+def _numpy_taps(spec: geo.UpsampleSpec):
+    """Row and column taps of ``spec`` as NumPy arrays (int64 indices, float32 weights)."""
+    align = bool(spec.align_corners)
+    return tuple(tuple(t.numpy() for t in linear_taps(i, o, align))
+                 for i, o in zip(spec.in_size, spec.out_size))
 
 
 @lru_cache(maxsize=256)
@@ -60,14 +91,23 @@ def linear_taps(in_size: int, out_size: int, align_corners: bool
     step from :func:`geometry.coordinate_scale`); ``i0 = min(floor(src), in - 1)``,
     ``i1 = min(i0 + 1, in - 1)``, ``w1 = clamp(src - i0, 0, 1)``, ``w0 = 1 - w1``.
     An unchanged axis is copied (``i0 = i1 = d``), as PyTorch does.
+
+    The half-pixel coordinate is one fused multiply-add, rounded once, as the compiled
+    x86 kernel of PyTorch evaluates it (``fma(step, d + 0.5, -0.5)``; with a separate
+    rounding of the product, 1081 of 20100 values of a 37x53 -> 100x201 resize differ
+    in the last bit). The float64 product of two float32 values is exact and so is the
+    sum with -0.5, so computing in float64 and rounding to float32 is that FMA.
     """
-    d = torch.arange(out_size, dtype=torch.float32)
     if in_size == out_size:
         idx = torch.arange(out_size)
         return idx, idx, torch.ones(out_size), torch.zeros(out_size)
     step = torch.tensor(geo.coordinate_scale(in_size, out_size, align_corners, None),
                         dtype=torch.float32)
-    src = d * step if align_corners else ((d + 0.5) * step - 0.5).clamp_min(0)
+    if align_corners:
+        src = torch.arange(out_size, dtype=torch.float32) * step
+    else:
+        d = torch.arange(out_size, dtype=torch.float64)
+        src = ((d + 0.5) * step.double() - 0.5).float().clamp_min(0)
     i0 = src.floor().to(torch.int64).clamp_max(in_size - 1)
     w1 = (src - i0).clamp(0, 1)
     return i0, (i0 + 1).clamp_max(in_size - 1), 1 - w1, w1
@@ -86,6 +126,10 @@ def upsample_argmax(logits: torch.Tensor, spec: geo.UpsampleSpec) -> torch.Tenso
     align = bool(spec.align_corners)
     out = torch.empty((n, H, W), dtype=torch.int64, device=logits.device)
     if n == 0:
+        return out
+    if _numba_kernel_applies(spec, logits.contiguous()):
+        numba_cpu.upsample_argmax_into(logits.contiguous().numpy(), out.numpy(),
+                                       *_numpy_taps(spec))
         return out
     big = n * c * H * W >= COMPILE_MIN_ELEMENTS
     rows = _band_rows(n, c, h, w, H, W, logits.element_size()) if big else H

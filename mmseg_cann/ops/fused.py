@@ -15,11 +15,15 @@ before any kernel runs. Backends (``backend=``):
 ``'native'``
     the unfused eager computation (PyTorch's kernels; differentiable).
 ``'fused'``
-    the fast implementations of :mod:`mmseg_cann.backends.fused`: ``upsample_add`` adds
-    in place into the freshly upsampled tensor (one output allocation instead of two);
-    ``upsample_argmax`` never holds full-resolution logits (bands of output rows, a
-    separable interpolation compiled with ``torch.compile``). Not differentiable; an
-    input that needs a gradient takes the native path (counted as a fallback).
+    the fast implementations of :mod:`mmseg_cann.backends.fused`: bilinear float32 on
+    CPU runs numba kernels (:mod:`mmseg_cann.backends.numba_cpu`: one pass over the
+    output; values within the rounding of two lerps of PyTorch's, bit-identical on
+    decoder-sized outputs); otherwise ``upsample_add`` adds in place into the freshly
+    upsampled tensor (one output allocation instead of two) and ``upsample_argmax``
+    processes bands of output rows with a separable interpolation compiled by
+    ``torch.compile``. ``upsample_argmax`` never holds full-resolution logits. Not
+    differentiable; an input that needs a gradient takes the native path (counted as a
+    fallback).
 ``'reference'``
     float64 from :mod:`.reference` (slow; for checking).
 ``'triton'``
@@ -93,7 +97,8 @@ def upsample_add(input: torch.Tensor, other: torch.Tensor, mode: str = 'bilinear
 
     Returns:
         ``(N, C, H, W)`` tensor with ``other``'s dtype; differentiable with respect to
-        both inputs (through the native path).
+        both inputs (through the native path). The fused CPU kernel's values may differ
+        from the unfused ones in the last bit (see ``'fused'`` above).
     """
     name = 'upsample_add'
     check_input(input, name, ranks=(4,))

@@ -1,0 +1,143 @@
+"""The numba CPU kernels of the fused ops against PyTorch and the float64 reference."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mmseg_cann.backends import fused as fused_backend
+from mmseg_cann.backends import numba_cpu
+from mmseg_cann.ops.fused import upsample_add, upsample_argmax
+from tests.conftest import make_input
+
+pytestmark = pytest.mark.skipif(not numba_cpu.available(), reason='numba is not installed')
+
+#: the compiled PyTorch kernel whose arithmetic (fused multiply-adds) the kernels follow
+#: was read off torch 2.13's AVX2 build; other builds may contract differently
+AVX2 = torch.backends.cpu.get_cpu_capability() == 'AVX2'
+#: decoder shapes: FPN top-down 2x, the output head's 4x and 8x, a non-integer ratio
+UPSAMPLING = [((16, 32), (32, 64)), ((32, 64), (128, 256)), ((16, 24), (128, 192)),
+              ((13, 21), (50, 77))]
+#: shapes whose bilinear values were bit-identical to PyTorch's (AVX2 build, both
+#: align_corners settings)
+BIT_IDENTICAL = [((32, 64), (128, 256)), ((16, 24), (128, 192)), ((64, 128), (128, 256))]
+
+
+def _calls(monkeypatch, name):
+    """Count the calls of one numba kernel wrapper."""
+    calls = []
+    real = getattr(numba_cpu, name)
+    monkeypatch.setattr(numba_cpu, name, lambda *a: calls.append(1) or real(*a))
+    return calls
+
+
+@pytest.mark.parametrize('align_corners', [False, True])
+def test_upsample_add_runs_the_kernel_within_rounding_of_pytorch(monkeypatch, align_corners):
+    calls = _calls(monkeypatch, 'upsample_add_into')
+    for seed, ((h, w), (H, W)) in enumerate(UPSAMPLING):
+        x = make_input((2, 3, h, w), seed=seed)
+        other = make_input((2, 3, H, W), seed=50 + seed)
+        got = upsample_add(x, other, align_corners=align_corners)
+        want = other + F.interpolate(x, (H, W), mode='bilinear', align_corners=align_corners)
+        eps = torch.finfo(torch.float32).eps
+        # two roundings of two lerps (4 eps M) and of the add (eps |sum|): the bound of
+        # tests/ops/test_fused.py, where the float64 reference is checked as well
+        assert torch.all((got - want).abs() <= 4 * eps * x.abs().max() + eps * want.abs())
+    assert len(calls) == len(UPSAMPLING)
+
+
+@pytest.mark.skipif(not AVX2, reason='bit-identity observed on the AVX2 build of PyTorch')
+@pytest.mark.parametrize('align_corners', [False, True])
+def test_upsample_add_is_bit_identical_on_decoder_shapes(align_corners):
+    """On outputs 192 or more columns wide (the benchmark's and real decoders') the values
+    are PyTorch's bit for bit; narrower outputs such as 32x64 differ in the last bit in
+    about a quarter of the values (PyTorch's compiled loop contracts differently there)."""
+    for seed, ((h, w), (H, W)) in enumerate(BIT_IDENTICAL):
+        x = make_input((2, 8, h, w), seed=seed)
+        other = make_input((2, 8, H, W), seed=50 + seed)
+        want = other + F.interpolate(x, (H, W), mode='bilinear', align_corners=align_corners)
+        assert torch.equal(upsample_add(x, other, align_corners=align_corners), want)
+
+
+@pytest.mark.parametrize('align_corners', [False, True])
+def test_upsample_argmax_labels_match_pytorch(monkeypatch, align_corners):
+    calls = _calls(monkeypatch, 'upsample_argmax_into')
+    shapes = UPSAMPLING + [((9, 11), (4, 5)), ((1, 6), (3, 13)), ((6, 1), (13, 3))]
+    for seed, ((h, w), (H, W)) in enumerate(shapes):
+        x = make_input((3, 7, h, w), seed=seed)
+        values = F.interpolate(x, (H, W), mode='bilinear', align_corners=align_corners)
+        got = upsample_argmax(x, (H, W), align_corners=align_corners)
+        want = values.argmax(1)
+        differ = got != want
+        if differ.any():  # only where the two best classes are within rounding
+            top = values.double().topk(2, dim=1).values
+            assert float((top[:, 0] - top[:, 1])[differ].max()) <= 1e-6
+        assert int(differ.sum()) <= 2, ((h, w), (H, W), int(differ.sum()))
+    assert len(calls) == len(shapes)
+
+
+@pytest.mark.skipif(not AVX2, reason='bit-identity observed on the AVX2 build of PyTorch')
+def test_upsample_argmax_keeps_first_of_exact_ties_and_nans_like_torch():
+    x = torch.randint(0, 3, (2, 6, 16, 24)).float()  # many exact ties
+    x[0, 4, 3, 5] = float('nan')
+    x[1, 2, 7, 7] = x[1, 5, 7, 7] = float('nan')  # two NaN classes: the first wins
+    for align in (False, True):
+        want = F.interpolate(x, (128, 192), mode='bilinear', align_corners=align).argmax(1)
+        got = upsample_argmax(x, (128, 192), align_corners=align)
+        assert torch.equal(got, want)
+        assert bool((got[0] == 4).any()) and bool((got[1] == 2).any())
+
+
+def test_argmax_nan_rule_without_bit_identity():
+    """A NaN class is the maximum wherever its NaN reaches (any PyTorch build)."""
+    x = make_input((1, 4, 8, 8))
+    x[0, 3, 2, 2] = float('nan')
+    values = F.interpolate(x, (64, 64), mode='bilinear')
+    nan_pixels = values.isnan().any(1)
+    got = upsample_argmax(x, (64, 64))
+    assert bool(nan_pixels.any()) and bool((got[nan_pixels] == 3).all())
+
+
+def test_kernel_follows_torch_thread_count():
+    import numba
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        upsample_argmax(make_input((1, 3, 8, 8)), (32, 32))
+        assert numba.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_without_numba_the_torch_paths_run(monkeypatch):
+    monkeypatch.setattr(numba_cpu, 'available', lambda: False)
+    for name in ('upsample_add_into', 'upsample_argmax_into'):
+        monkeypatch.setattr(numba_cpu, name, lambda *a: pytest.fail('numba kernel ran'))
+    x, other = make_input((1, 3, 8, 8)), make_input((1, 3, 16, 16), seed=1)
+    want = other + F.interpolate(x, (16, 16), mode='bilinear')
+    assert torch.equal(upsample_add(x, other), want)  # upsample + in-place add
+    labels = upsample_argmax(x, (16, 16))
+    assert labels.shape == (1, 16, 16)
+
+
+@pytest.mark.parametrize('dtype, layout', [(torch.float16, 'contiguous'),
+                                           (torch.float64, 'contiguous'),
+                                           (torch.float32, 'channels_last')])
+def test_kernel_applies_only_to_contiguous_float32(dtype, layout):
+    x = make_input((1, 3, 4, 4), dtype, layout)
+    spec = fused_backend.geo.upsample_spec((4, 4), fused_backend.geo.check_upsample_args(
+        size=(8, 8), mode='bilinear', align_corners=False))
+    assert not fused_backend._numba_kernel_applies(spec, x)
+    assert fused_backend._numba_kernel_applies(spec, x.float().contiguous())
+
+
+@pytest.mark.parametrize('h, H, low_row_bytes, jobs, threads', [
+    (128, 1024, 2048 * 4, 256, 2), (128, 1024, 2048 * 4, 1, 2), (1, 2, 8, 1, 4),
+    (64, 128, 1 << 24, 6, 2), (9, 4, 40, 2, 16)])
+def test_chunk_rows_stays_within_the_buffer_and_balances(h, H, low_row_bytes, jobs, threads):
+    rows = numba_cpu.chunk_rows(h, H, low_row_bytes, jobs, threads)
+    assert 1 <= rows <= H
+    if rows > 1:  # a chunk's W-interpolated rows fit the buffer
+        assert (rows * h / H + 2) * low_row_bytes <= numba_cpu.CHUNK_BUFFER_BYTES * 1.01
+    # enough chunks for every thread unless a chunk is one row already
+    assert rows == 1 or jobs * -(-H // rows) >= min(4 * threads, jobs * H)
