@@ -142,7 +142,7 @@ def _kernels():
         return src
 
     @njit(parallel=True, cache=True)
-    def upsample_add_into(x, other, out, ih0, ih1, lh0, lh1, cols, rows):
+    def upsample_add_into(x, other, out, ih0, ih1, lh0, lh1, cols, rows, work):
         n, c, h, w = x.shape
         H, W = out.shape[2], out.shape[3]
         chunks = -(-H // rows)
@@ -151,7 +151,7 @@ def _kernels():
             ch, k = divmod(rest, chunks)
             y_lo, y_hi = k * rows, min(H, (k + 1) * rows)
             r_lo, r_hi = ih0[y_lo], ih1[y_hi - 1]
-            buf = np.empty((r_hi - r_lo + 1, 1, W), dtype=x.dtype)
+            buf = work[numba.get_thread_id()]
             _lerp_rows_along_w(x[b], ch, ch + 1, r_lo, r_hi, cols, buf)
             for Y in range(y_lo, y_hi):
                 t0, t1 = buf[ih0[Y] - r_lo, 0], buf[ih1[Y] - r_lo, 0]
@@ -161,7 +161,8 @@ def _kernels():
                     dst[X] = lat[X] + fma(t0[X], a0, t1[X] * a1)
 
     @njit(parallel=True, cache=True)
-    def upsample_argmax_into(x, out, ih0, ih1, lh0, lh1, cols, rows, tile):
+    def upsample_argmax_into(x, out, ih0, ih1, lh0, lh1, cols, rows, tile, work, work_best,
+                             work_label):
         n, c, h, w = x.shape
         H, W = out.shape[1], out.shape[2]
         chunks = -(-H // rows)
@@ -169,10 +170,9 @@ def _kernels():
             b, k = divmod(np.int64(job), chunks)
             # two slots of W-interpolated rows: low-resolution row r lives in slot r % 2
             # (the two rows an output row needs differ by at most one)
-            slots = np.empty((2, c, W), dtype=x.dtype)
+            thread = numba.get_thread_id()
+            slots, best, label = work[thread], work_best[thread], work_label[thread]
             held = np.full(2, -1, dtype=np.int64)
-            best = np.empty((2, tile), dtype=x.dtype)
-            label = np.empty((2, tile), dtype=np.int32)
             Y, y_end = k * rows, min(H, (k + 1) * rows)
             while Y < y_end:
                 r0, r1 = ih0[Y], ih1[Y]
@@ -219,21 +219,35 @@ def _threads(numba) -> int:
 def upsample_add_into(x: np.ndarray, other: np.ndarray, out: np.ndarray, row_taps, col_taps
                       ) -> None:
     """``out[:] = other + bilinear(x)`` for ``(N, C, h, w)`` ``x`` and ``(N, C, H, W)``
-    ``other``/``out`` (C-contiguous float32); taps are
-    ``(i0, i1, w0, w1)`` NumPy arrays per axis (int64 indices, float32 weights)."""
+    ``other``/``out`` (C-contiguous float32); taps are ``(i0, i1, w0, w1)`` NumPy arrays
+    per axis (int64 indices, float32 weights). The per-thread buffers are torch
+    tensors, so memory profilers see them."""
+    import torch
     numba, add, _ = _kernels()
     n, c, h, w = x.shape
     H, W = out.shape[2:]
-    rows = chunk_rows(h, H, W * x.itemsize, n * c, _threads(numba))
-    add(x, other, out, *row_taps, column_taps(*col_taps), rows)
+    threads = _threads(numba)
+    rows = chunk_rows(h, H, W * x.itemsize, n * c, threads)
+    i0, i1 = row_taps[:2]
+    starts = np.arange(0, H, rows)
+    needed = int((i1[np.minimum(starts + rows, H) - 1] - i0[starts]).max()) + 1
+    work = torch.empty((threads, needed, 1, W), dtype=torch.float32).numpy()
+    add(x, other, out, *row_taps, column_taps(*col_taps), rows, work)
 
 
 def upsample_argmax_into(x: np.ndarray, out: np.ndarray, row_taps, col_taps) -> None:
     """``out[:] = bilinear(x).argmax(1)`` for ``(N, C, h, w)`` ``x`` and ``(N, H, W)``
-    int64 ``out``; arguments as :func:`upsample_add_into`."""
+    int64 ``out``; arguments as :func:`upsample_add_into`. Per thread the kernel holds
+    ``2 x C x W`` interpolated values and two column tiles of maxima and labels."""
+    import torch
     numba, _, argmax = _kernels()
     n, c, h, w = x.shape
     H, W = out.shape[1:]
-    rows = -(-H // max(1, -(-4 * _threads(numba) // n)))  # >= 4 chunks per thread
+    threads = _threads(numba)
+    rows = -(-H // max(1, -(-4 * threads // n)))  # >= 4 chunks per thread
     tile = min(W, max(64, ARGMAX_TILE_BYTES // (2 * c * x.itemsize) // 64 * 64))
-    argmax(x, out, *row_taps, column_taps(*col_taps), rows, tile)
+    work = torch.empty((threads, 2, c, W), dtype=torch.float32).numpy()
+    work_best = torch.empty((threads, 2, tile), dtype=torch.float32).numpy()
+    work_label = torch.empty((threads, 2, tile), dtype=torch.int32).numpy()
+    argmax(x, out, *row_taps, column_taps(*col_taps), rows, tile, work, work_best,
+           work_label)
