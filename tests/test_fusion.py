@@ -64,8 +64,10 @@ def test_fused_top_down_is_identical(pair):
     assert 'upsample_add fused' in str(model.cann_conversion_report)
     x, samples = seg_batch(model)
     with torch.no_grad():
-        # decoder logits (the whole network up to the head output): bit-identical
-        assert torch.equal(model._forward(x), plain._forward(x))
+        # decoder logits (the whole network up to the head output): equal within float32
+        # rounding (the fused CPU kernel's top-down sums may differ from PyTorch's in the
+        # last bit on these small maps, mmseg_cann/backends/numba_cpu.py)
+        torch.testing.assert_close(model._forward(x), plain._forward(x))
         expected = plain.predict(x, copy.deepcopy(samples))
         got = model.predict(x, copy.deepcopy(samples))
         full = plain.predict(x)
@@ -77,7 +79,7 @@ def test_fused_top_down_is_identical(pair):
     low = got[0].seg_logits_low.data
     assert low.shape == (19, 16, 32)
     with torch.no_grad():
-        assert torch.equal(low, plain._forward(x)[0])
+        torch.testing.assert_close(low, plain._forward(x)[0])
     unfuse_model(model)
     assert _bound(model) == {} and 'predict' not in model.__dict__
 
