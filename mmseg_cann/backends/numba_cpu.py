@@ -22,9 +22,9 @@ the rounding of two lerps, which the tests bound).
 ``upsample_argmax_into(x, out, ...)``
     labels of the upsampled logits. Chunks of output rows run in parallel; a chunk keeps
     two low-resolution rows of every class interpolated along W (``2 x C x W`` values,
-    recomputed only when the rows advance); output rows lerping the same two rows are
-    reduced together, a cache-sized tile of columns at a time, by a running maximum
-    over classes and its index (first index wins; NaN wins, as in ``torch.argmax``).
+    recomputed only when the rows advance); each output row between them is reduced by
+    a running maximum over classes and its index (first index wins; NaN wins, as in
+    ``torch.argmax``).
     No full-resolution logits exist, ever.
 
 The kernels take NumPy views of contiguous NCHW float32 CPU tensors (zero copy);
@@ -40,9 +40,6 @@ import numpy as np
 
 #: the per-chunk buffer of W-interpolated low-resolution rows stays under this many bytes
 CHUNK_BUFFER_BYTES = 2 << 20
-#: the argmax sweeps the classes over tiles of columns whose two W-interpolated rows
-#: (``2 x C x tile`` values) fit in about this many bytes of cache
-ARGMAX_TILE_BYTES = 192 << 10
 
 
 @lru_cache(maxsize=1)
@@ -108,29 +105,26 @@ def _kernels():
                         dst[X] = fma(row[iw0[X]], lw0[X], row[iw1[X]] * lw1[X])
 
     @njit(inline='always')
-    def _argmax_columns(t0, t1, x_lo, x_hi, a0, a1, best, label):
-        """Running argmax over classes of ``fma(t0[c], a0, t1[c] * a1)`` for the columns
-        ``x_lo:x_hi``, into ``best``/``label[:, :x_hi - x_lo]``.
+    def _argmax_row(t0, t1, a0, a1, best, label):
+        """Running argmax over classes of ``fma(t0[c], a0, t1[c] * a1)`` per column.
 
-        ``best``/``label`` are ``(2, tile)`` ping-pong buffers: each class reads one row
-        and writes the other, so every store is unconditional (updating one buffer in
-        place compiles to masked stores, which are microcoded and several times slower
-        on some x86 CPUs: measured 0.95 vs 0.15 ns per value). Rows are taken before
-        slicing so every array is contiguous (vectorised loads). Returns the row of
-        ``label`` holding the result.
+        ``best``/``label`` are ``(2, W)`` ping-pong buffers: each class reads one row and
+        writes the other, and the choice is an explicit ``select``, so every store is
+        unconditional (updating one buffer in place compiles to masked stores, which
+        are microcoded and several times slower on some x86 CPUs: 0.95 vs 0.15 ns per
+        value measured). Returns the row of ``label`` holding the result.
         """
-        n = x_hi - x_lo
-        u0, u1 = t0[0][x_lo:x_hi], t1[0][x_lo:x_hi]
-        first_best, first_label = best[0][:n], label[0][:n]
-        for X in range(n):
+        u0, u1 = t0[0], t1[0]
+        first_best, first_label = best[0], label[0]
+        for X in range(first_best.shape[0]):
             first_best[X] = fma(u0[X], a0, u1[X] * a1)
             first_label[X] = 0
         src = 0
         for cls in range(1, t0.shape[0]):
-            u0, u1 = t0[cls][x_lo:x_hi], t1[cls][x_lo:x_hi]
-            best_in, label_in = best[src][:n], label[src][:n]
-            best_out, label_out = best[1 - src][:n], label[1 - src][:n]
-            for X in range(n):
+            u0, u1 = t0[cls], t1[cls]
+            best_in, label_in = best[src], label[src]
+            best_out, label_out = best[1 - src], label[1 - src]
+            for X in range(best_in.shape[0]):
                 v = fma(u0[X], a0, u1[X] * a1)
                 m = best_in[X]
                 # torch.argmax: the first maximum wins and a NaN is the maximum:
@@ -161,7 +155,7 @@ def _kernels():
                     dst[X] = lat[X] + fma(t0[X], a0, t1[X] * a1)
 
     @njit(parallel=True, cache=True)
-    def upsample_argmax_into(x, out, ih0, ih1, lh0, lh1, cols, rows, tile, work, work_best,
+    def upsample_argmax_into(x, out, ih0, ih1, lh0, lh1, cols, rows, work, work_best,
                              work_label):
         n, c, h, w = x.shape
         H, W = out.shape[1], out.shape[2]
@@ -173,28 +167,18 @@ def _kernels():
             thread = numba.get_thread_id()
             slots, best, label = work[thread], work_best[thread], work_label[thread]
             held = np.full(2, -1, dtype=np.int64)
-            Y, y_end = k * rows, min(H, (k + 1) * rows)
-            while Y < y_end:
+            for Y in range(k * rows, min(H, (k + 1) * rows)):
                 r0, r1 = ih0[Y], ih1[Y]
                 for r in (r0, r1):
                     if held[r % 2] != r:
                         _lerp_rows_along_w(x[b], 0, c, r, r, cols, slots[r % 2:r % 2 + 1])
                         held[r % 2] = r
-                # the output rows lerping the same two rows share one pass over the
-                # slots, a cache-sized tile of columns at a time
-                group_end = Y + 1
-                while group_end < y_end and ih0[group_end] == r0 and ih1[group_end] == r1:
-                    group_end += 1
-                t0, t1 = slots[r0 % 2], slots[r1 % 2]
-                for x_lo in range(0, W, tile):
-                    x_hi = min(W, x_lo + tile)
-                    for y in range(Y, group_end):
-                        src = _argmax_columns(t0, t1, x_lo, x_hi, lh0[y], lh1[y], best,
-                                              label)
-                        dst, labels = out[b, y][x_lo:x_hi], label[src]
-                        for X in range(x_hi - x_lo):
-                            dst[X] = labels[X]
-                Y = group_end
+                # whole rows: tiling the columns to fit a cache measured slower (60 ms
+                # vs 77-92 ms with 512-64 KB tiles; 150 classes, 1 thread)
+                src = _argmax_row(slots[r0 % 2], slots[r1 % 2], lh0[Y], lh1[Y], best, label)
+                dst, labels = out[b, Y], label[src]
+                for X in range(W):
+                    dst[X] = labels[X]
 
     return numba, upsample_add_into, upsample_argmax_into
 
@@ -238,16 +222,14 @@ def upsample_add_into(x: np.ndarray, other: np.ndarray, out: np.ndarray, row_tap
 def upsample_argmax_into(x: np.ndarray, out: np.ndarray, row_taps, col_taps) -> None:
     """``out[:] = bilinear(x).argmax(1)`` for ``(N, C, h, w)`` ``x`` and ``(N, H, W)``
     int64 ``out``; arguments as :func:`upsample_add_into`. Per thread the kernel holds
-    ``2 x C x W`` interpolated values and two column tiles of maxima and labels."""
+    ``2 x C x W`` interpolated values and two rows of maxima and labels."""
     import torch
     numba, _, argmax = _kernels()
     n, c, h, w = x.shape
     H, W = out.shape[1:]
     threads = _threads(numba)
     rows = -(-H // max(1, -(-4 * threads // n)))  # >= 4 chunks per thread
-    tile = min(W, max(64, ARGMAX_TILE_BYTES // (2 * c * x.itemsize) // 64 * 64))
     work = torch.empty((threads, 2, c, W), dtype=torch.float32).numpy()
-    work_best = torch.empty((threads, 2, tile), dtype=torch.float32).numpy()
-    work_label = torch.empty((threads, 2, tile), dtype=torch.int32).numpy()
-    argmax(x, out, *row_taps, column_taps(*col_taps), rows, tile, work, work_best,
-           work_label)
+    work_best = torch.empty((threads, 2, W), dtype=torch.float32).numpy()
+    work_label = torch.empty((threads, 2, W), dtype=torch.int32).numpy()
+    argmax(x, out, *row_taps, column_taps(*col_taps), rows, work, work_best, work_label)
