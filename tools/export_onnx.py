@@ -51,7 +51,12 @@ def parse_args(argv=None):
     parser.add_argument('--out', required=True, help='output .onnx file')
     parser.add_argument('--opset', type=int, default=18)
     parser.add_argument('--dynamic', action='store_true',
-                        help='dynamic batch/height/width (verified at two sizes)')
+                        help='dynamic batch/height/width (--verify checks two more sizes)')
+    parser.add_argument('--verify-shape', nargs=2, type=int, action='append', default=None,
+                        metavar=('H', 'W'), dest='verify_shapes',
+                        help='with --dynamic --verify: an input size to verify besides '
+                             '--shape (repeatable; default: H+32 x W-32 (batch 2) and '
+                             'H+16 x W+48)')
     parser.add_argument('--verify', action='store_true')
     parser.add_argument('--simplify', action='store_true',
                         help='slim the graph with onnxslim (verified like the export)')
@@ -129,6 +134,17 @@ def verification_inputs(shape, seed=0):
     return [random, synthetic]
 
 
+def dynamic_verification_shapes(h, w, given=None):
+    """Input shapes, besides the traced ``(1, 3, h, w)``, at which a dynamic export is
+    verified: ``given`` ``(H, W)`` pairs (batch 1), or by default ``(2, 3, h + 32,
+    w - 32)`` (``w + 32`` when ``w <= 64``) and ``(1, 3, h + 16, w + 48)``: another
+    batch and sizes that keep a multiple of 16 (UNet's constraint) but change the
+    divisibility of PSPNet's pyramid bins."""
+    if given:
+        return [(1, 3, int(a), int(b)) for a, b in given]
+    return [(2, 3, h + 32, w - 32 if w > 64 else w + 32), (1, 3, h + 16, w + 48)]
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     from mmseg_cann.onnx import export_onnx, node_summary, verify_onnx
@@ -142,6 +158,10 @@ def main(argv=None) -> int:
     except ValueError as exc:  # an unexportable op or setting, explained
         print(f'export failed: {exc}', file=sys.stderr)
         return 2
+    if args.dynamic:
+        from mmseg_cann.onnx.export import dynamic_dims
+        print('dynamic input dims (N, C, H, W): ' + '; '.join(
+            str(d) for d in dynamic_dims(proto)))
     print(f'exported {args.out} (opset {args.opset}, '
           f'{"dynamic" if args.dynamic else "fixed"} shape, '
           f'{"simplified with onnxslim, " if args.simplify else ""}'
@@ -153,11 +173,17 @@ def main(argv=None) -> int:
         return 0
     shapes = [(1, 3, h, w)]
     if args.dynamic:
-        shapes.append((2, 3, h + 32, w - 32 if w > 64 else w + 32))
+        shapes += dynamic_verification_shapes(h, w, args.verify_shapes)
     ok = True
     for shape in shapes:
         for name, x in zip(('random', 'synthetic'), verification_inputs(shape)):
-            (r,) = verify_onnx(proto, model, [x])
+            try:
+                (r,) = verify_onnx(proto, model, [x])
+            except Exception as exc:  # PyTorch or onnxruntime rejects this size
+                ok = False
+                print(f'verify {name:<9} input {tuple(shape)}: FAILED ({type(exc).__name__}: '
+                      f'{str(exc).strip().splitlines()[0] if str(exc).strip() else ""})')
+                continue
             good = r['max_abs'] <= args.atol and r['argmax_agree'] >= args.min_agree
             ok &= good
             print(f'verify {name:<9} input {tuple(shape)}: max abs error {r["max_abs"]:.3g}, '

@@ -44,9 +44,11 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
         inputs = (inputs,)
     dynamic_shapes = None
     if dynamic:
-        dims = {0: torch.export.Dim('batch'), 2: torch.export.Dim('height'),
-                3: torch.export.Dim('width')}
-        dynamic_shapes = tuple(dict(dims) for _ in inputs)
+        # Dim.AUTO: torch.export keeps each dim symbolic unless the model forces a
+        # value (then _check_dynamic refuses the graph) and records the constraints the
+        # model puts on it (e.g. a multiple of 16 for UNet)
+        auto = torch.export.Dim.AUTO
+        dynamic_shapes = tuple({0: auto, 2: auto, 3: auto} for _ in inputs)
     model.eval()
     with _quiet(), onnx_export_mode(opset), torch.no_grad(), _unwrapped_errors():
         program = torch.onnx.export(
@@ -82,21 +84,34 @@ def simplify_onnx(proto):
 
 
 def _check_dynamic(proto) -> None:
-    """Refuse a 'dynamic' export whose spatial input dims came out fixed.
+    """Refuse a 'dynamic' export whose batch, height or width came out fixed.
 
-    The CANN ops resolve their geometry (output sizes, pads, bins) to Python ints at
-    trace time, so torch.export specialises height and width to the example input; the
-    graph is then valid only for that size and is rejected rather than passed off as
-    dynamic.
+    The CANN ops keep symbolic sizes symbolic (or refuse a size-dependent rule), but
+    other code in a model can still force a value (an ``int()`` of a size, a branch on
+    it); torch.export then specialises that dimension to the example input, and the
+    graph, valid for that size only, is rejected rather than passed off as dynamic.
     """
     for value in proto.graph.input:
         dims = value.type.tensor_type.shape.dim
-        if len(dims) == 4 and all(d.HasField('dim_value') for d in dims[2:]):
+        if len(dims) != 4:
+            continue
+        fixed = [name for name, d in zip(('batch', 'height', 'width'),
+                                         (dims[0], dims[2], dims[3]))
+                 if d.HasField('dim_value')]
+        if fixed:
             raise ValueError(
-                f'dynamic=True: input {value.name!r} was specialised to the fixed size '
-                f'{[d.dim_param or d.dim_value for d in dims]} (the CANN ops resolve their geometry to '
-                'static sizes when traced); dynamic height/width export is not supported '
-                'yet, export one graph per input size')
+                f'dynamic=True: input {value.name!r} came out with fixed '
+                f'{", ".join(fixed)} {[d.dim_param or d.dim_value for d in dims]}: code in '
+                'the model forces the traced size (an int() of a size or a branch on it, '
+                'outside the CANN ops); export with fixed shapes (dynamic=False), one '
+                'graph per input size')
+
+
+def dynamic_dims(proto) -> List[List[Union[int, str]]]:
+    """Each graph input's dims: ints where fixed, the symbolic expression (e.g.
+    ``'s53'``, ``'16*s0'``) where dynamic."""
+    return [[d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+            for value in proto.graph.input]
 
 
 class _unwrapped_errors:
