@@ -48,24 +48,38 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
         # value (then _check_dynamic refuses the graph) and records the constraints the
         # model puts on it (e.g. a multiple of 16 for UNet)
         auto = torch.export.Dim.AUTO
-        dynamic_shapes = tuple({0: auto, 2: auto, 3: auto} for _ in inputs)
+        dynamic_shapes = _per_argument(model, [{0: auto, 2: auto, 3: auto} for _ in inputs])
     model.eval()
     with _quiet(), onnx_export_mode(opset), torch.no_grad(), _unwrapped_errors():
         program = torch.onnx.export(
-            model, tuple(inputs), dynamo=True, opset_version=opset,
+            # fresh tensors: torch.export leaves dim markings on the tensors it traced,
+            # which would make a later fixed-shape export of the same tensors symbolic
+            model, tuple(t.detach().clone() for t in inputs), dynamo=True,
+            opset_version=opset,
             custom_translation_table=translation_table(opset),
             dynamic_shapes=dynamic_shapes, input_names=list(input_names)[:len(inputs)],
             output_names=None if output_names is None else list(output_names),
             optimize=True, verbose=False)
     proto = program.model_proto
     if dynamic:
-        _check_dynamic(proto)
+        _check_dynamic(proto, getattr(program, 'exported_program', None))
     if simplify:
         proto = simplify_onnx(proto)
     onnx.checker.check_model(proto, full_check=True)
     if path is not None:
         onnx.save(proto, os.fspath(path))
     return proto
+
+
+def _per_argument(model: torch.nn.Module, specs: List[dict]) -> tuple:
+    """``dynamic_shapes`` laid out like ``model.forward``'s parameters: the specs of
+    inputs taken by ``*args`` go into one tuple (torch.export's structure)."""
+    import inspect
+    params = list(inspect.signature(model.forward).parameters.values())
+    for i, param in enumerate(params):
+        if param.kind == param.VAR_POSITIONAL:
+            return tuple(specs[:i]) + (tuple(specs[i:]),)
+    return tuple(specs)
 
 
 def simplify_onnx(proto):
@@ -83,21 +97,23 @@ def simplify_onnx(proto):
         return onnxslim.slim(proto)
 
 
-def _check_dynamic(proto) -> None:
+def _check_dynamic(proto, exported_program=None) -> None:
     """Refuse a 'dynamic' export whose batch, height or width came out fixed.
 
     The CANN ops keep symbolic sizes symbolic (or refuse a size-dependent rule), but
     other code in a model can still force a value (an ``int()`` of a size, a branch on
-    it); torch.export then specialises that dimension to the example input, and the
-    graph, valid for that size only, is rejected rather than passed off as dynamic.
+    it); torch.export then specialises that dimension to the example input -- either
+    as a fixed ONNX dim, or (``Dim.AUTO``) as a symbol whose range is the one traced
+    value, which the ONNX graph would not show -- and the graph, valid for that size
+    only, is rejected rather than passed off as dynamic.
     """
-    for value in proto.graph.input:
+    pinned = _pinned_input_dims(exported_program)
+    for k, value in enumerate(proto.graph.input):
         dims = value.type.tensor_type.shape.dim
         if len(dims) != 4:
             continue
-        fixed = [name for name, d in zip(('batch', 'height', 'width'),
-                                         (dims[0], dims[2], dims[3]))
-                 if d.HasField('dim_value')]
+        fixed = [name for axis, name in ((0, 'batch'), (2, 'height'), (3, 'width'))
+                 if dims[axis].HasField('dim_value') or (k, axis) in pinned]
         if fixed:
             raise ValueError(
                 f'dynamic=True: input {value.name!r} came out with fixed '
@@ -105,6 +121,25 @@ def _check_dynamic(proto) -> None:
                 'the model forces the traced size (an int() of a size or a branch on it, '
                 'outside the CANN ops); export with fixed shapes (dynamic=False), one '
                 'graph per input size')
+
+
+def _pinned_input_dims(exported_program) -> set:
+    """``(input index, axis)`` of user inputs whose symbolic dim torch.export pinned to a
+    single value (range ``[v, v]``)."""
+    if exported_program is None:
+        return set()
+    user_inputs = list(exported_program.graph_signature.user_inputs)
+    ranges = exported_program.range_constraints
+    placeholders = {n.name: n for n in exported_program.graph.nodes if n.op == 'placeholder'}
+    pinned = set()
+    for k, name in enumerate(user_inputs):
+        val = placeholders[name].meta.get('val') if name in placeholders else None
+        for axis, dim in enumerate(getattr(val, 'shape', ())):
+            expr = getattr(getattr(dim, 'node', None), 'expr', None)
+            bound = ranges.get(expr) if expr is not None else None
+            if bound is not None and bound.lower == bound.upper:
+                pinned.add((k, axis))
+    return pinned
 
 
 def dynamic_dims(proto) -> List[List[Union[int, str]]]:

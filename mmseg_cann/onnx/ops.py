@@ -136,6 +136,15 @@ def _padding_fields(spec: geo.PoolSpec, counts_padding: bool = False):
     """
     padding = spec.args.padding
     if isinstance(padding, str) and padding.startswith('same'):
+        if geo.any_symbolic(spec.in_size) and any(
+                geo.effective_kernel(k, d) < s
+                for k, s, d in zip(spec.kernel, spec.stride, spec.dilation)):
+            raise ValueError(
+                f'pooling with padding={padding!r}, kernel_size={spec.kernel}, '
+                f'stride={spec.stride} on a dynamic input size cannot be exported: with a '
+                'kernel smaller than the stride the SAME padding is 0 or negative '
+                "depending on the size, and onnxruntime's auto_pad rejects negative "
+                'padding; use fixed input sizes (dynamic=False) or a kernel >= stride')
         # auto_pad computes the pads from the runtime size (they may be symbolic here)
         return padding, [0, 0, 0, 0], False
     pads = list(spec.pad_begin) + list(spec.pad_end)
