@@ -2,7 +2,8 @@
 """Export an mmseg model with the CANN ops to ONNX (for Ascend ATC), check and verify it.
 
     python tools/export_onnx.py CONFIG [CHECKPOINT] --shape H W --out FILE
-        [--opset N] [--dynamic] [--verify] [--simplify] [--cfg-options k=v ...]
+        [--opset N] [--dynamic [--verify-shape H W ...]] [--verify] [--simplify]
+        [--cfg-options k=v ...]
 
 Builds the model from CONFIG (SyncBN as BN; without CHECKPOINT no pretrained weights are
 downloaded and mmseg's initialisation is used, seeded), converts it with ``mmseg_cann.convert_model`` (CANN
@@ -13,7 +14,10 @@ prints the Resize/pool nodes with their attributes and, with ``--verify``, compa
 onnxruntime (CPU) with PyTorch on random and synthetic inputs, exiting 1 beyond
 ``--atol`` or when the argmax agreement is below ``--min-agree`` (exit 2 when the model
 cannot be exported exactly, with the reason). ``--simplify`` slims the graph with
-onnxslim before it is saved and verified. The config's
+onnxslim before it is saved and verified. ``--dynamic`` exports symbolic batch, height
+and width (exact for every size, or exit 2 with the size-dependent rule that prevents
+it) and ``--verify`` then also checks two other input sizes (or the
+``--verify-shape`` ones). The config's
 ``CANNOpsHook`` (training/testing runtime) plays no part: the tool converts the model
 itself and the export backend translates every CANN op.
 """

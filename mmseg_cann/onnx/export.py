@@ -29,7 +29,12 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
         inputs: example ``(N, C, H, W)`` tensor(s).
         path: where to write the ``.onnx`` file (weights embedded), or None.
         opset: ONNX opset, >= 17 (antialiasing needs 18).
-        dynamic: make batch, height and width of every input dynamic.
+        dynamic: make batch, height and width of every input dynamic (symbolic). The
+            graph then reproduces PyTorch for every input size; ``ValueError`` where an
+            op's rule depends on the concrete size (see
+            :func:`~mmseg_cann.onnx.translation.check_dynamic_upsample`,
+            :func:`~mmseg_cann.ops.geometry.ceil_mode_may_drop`) or where the model's
+            own code pins a size to the example's.
         input_names, output_names: graph input/output names.
         simplify: run ``onnxslim.slim`` on the exported graph (PyPI ``onnxslim``,
             ``requirements/tests.txt``); the result is checked like the export.

@@ -232,12 +232,13 @@ def check_dynamic_upsample(spec: geo.UpsampleSpec) -> None:
     if by_size:
         return
     for scale in args.scale_factor:
-        if 1.0 < scale < 1.5:
+        if geo.scale_keeps_size(scale, min_size=2) is None:  # 1 < scale < 1.5
             raise ValueError(f'{where} cannot be exported: scale {scale} keeps small sizes '
                              'unchanged (floor(n * scale) == n for 2 <= n < '
                              f'{1 / (scale - 1):.4g}), where PyTorch and ONNX Resize treat '
                              'the axis differently; use recompute_scale_factor=True, '
                              f'a scale >= 1.5, or {fixed}')
+        # floor(n * scale) == 2n for some n >= 2 (size 1 reads its one pixel anyway)
         if args.mode == 'nearest' and 2.0 < scale < 2.5:
             raise ValueError(f'{where} cannot be exported: PyTorch repeats every input '
                              f'twice when floor(n * {scale}) == 2n (small n), ONNX does '
