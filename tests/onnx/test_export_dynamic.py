@@ -311,3 +311,41 @@ def test_static_nearest_shortcut_axes():
         expected = model(*inputs)
     for case, e, g in zip(cases, expected, run_onnx(proto, [x.numpy() for x in inputs])):
         np.testing.assert_array_equal(e.numpy(), g, err_msg=str(case))
+
+
+class FusedDecoder(torch.nn.Module):
+    """FPN-style ``upsample_add(coarse, lateral)`` then ``upsample_argmax`` of the sum to
+    the image size: both sizes come from other (dynamic) tensors."""
+
+    def __init__(self, align_corners):
+        super().__init__()
+        self.ac = align_corners
+
+    def forward(self, coarse, lateral, image):
+        from mmseg_cann.ops import upsample_add, upsample_argmax
+        merged = upsample_add(coarse, lateral, 'bilinear', self.ac)
+        return merged, upsample_argmax(merged, image.shape[-2:], 'bilinear', self.ac)
+
+
+@pytest.mark.parametrize('align_corners', [False, True])
+def test_dynamic_fused_ops_export_as_unfused(align_corners):
+    model = FusedDecoder(align_corners).eval()
+    traced = (make_input((1, 4, 5, 7)), make_input((1, 4, 9, 13), seed=1),
+              make_input((1, 3, 33, 50), seed=2))
+    proto = export_onnx(model, traced, dynamic=True)
+    for sizes in [((3, 4), (6, 8), (24, 31)), ((7, 2), (13, 3), (50, 12)),
+                  ((1, 5), (2, 9), (16, 64))]:
+        inputs = tuple(make_input((2, c) + hw, seed=k)
+                       for k, (c, hw) in enumerate(zip((4, 4, 3), sizes)))
+        with torch.no_grad():
+            merged, labels = model(*inputs)
+        got_merged, got_labels = run_onnx(proto, [x.numpy() for x in inputs])
+        assert float(np.abs(merged.numpy() - got_merged).max()) <= _tolerance(
+            'bilinear', sizes[:2]), sizes
+        assert got_labels.dtype == np.int64 and got_labels.shape == tuple(labels.shape)
+        # labels equal wherever the two best classes are further apart than the rounding
+        up = upsample(merged, size=sizes[2], mode='bilinear', align_corners=align_corners)
+        top2 = up.topk(2, dim=1).values
+        decided = ((top2[:, 0] - top2[:, 1]) > 1e-5).numpy()
+        assert decided.mean() > 0.95
+        assert not ((got_labels != labels.numpy()) & decided).any(), sizes
