@@ -25,6 +25,7 @@ maps with ``1 / scale_factor`` does the node carry ``scales`` instead (a copied 
 """
 from __future__ import annotations
 
+import math
 from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
@@ -186,6 +187,25 @@ def scale_output_size_mismatch(scale: float, limit: int = DYNAMIC_SIZE_LIMIT
                                              else infer_out[i])
 
 
+def nearest_exact_tie(scale: float, limit: int = DYNAMIC_SIZE_LIMIT) -> Optional[int]:
+    """First output index ``d < limit * scale`` whose ``nearest-exact`` source coordinate
+    ``(d + 0.5) / scale`` is within float32 rounding (relative 1e-6) of an integer, or
+    None. There PyTorch's ``floorf((d + 0.5) * float(1 / scale))`` and ONNX's
+    ``round_prefer_ceil((d + 0.5) / scale - 0.5)`` can land on either side depending on
+    the order of float32 operations (onnxruntime's own order could not be emulated
+    exactly: 8 of 102 measured (size, scale) cases differ from every emulation tried), so
+    a dynamic export accepts only tie-free scales. A power-of-two scale is exact in
+    float32 and never ambiguous.
+    """
+    if math.frexp(scale)[0] == 0.5:
+        return None
+    d = np.arange(int(math.floor(limit * scale)), dtype=np.float64)
+    x = (d + 0.5) / scale
+    near = np.abs(x - np.round(x)) <= 1e-6 * np.maximum(x, 1.0)
+    hits = np.flatnonzero(near)
+    return int(hits[0]) if hits.size else None
+
+
 def check_dynamic_upsample(spec: geo.UpsampleSpec) -> None:
     """Raise ``ValueError`` where a resize of a dynamic (symbolic) size cannot be
     exported so that ONNX ``Resize`` reproduces PyTorch for every input size.
@@ -205,8 +225,9 @@ def check_dynamic_upsample(spec: geo.UpsampleSpec) -> None:
       shortcut applies to small sizes only);
     * a scale whose ONNX output size differs from ``floor(n * scale)`` for some
       ``n <= DYNAMIC_SIZE_LIMIT`` (:func:`scale_output_size_mismatch`);
-    * ``nearest`` modes with a scale whose float32 index rule differs from ONNX's for
-      some output index below ``DYNAMIC_SIZE_LIMIT * scale``.
+    * legacy ``nearest`` with a scale whose float32 index rule differs from ONNX's for
+      some output index below ``DYNAMIC_SIZE_LIMIT * scale``; ``nearest-exact`` with a
+      scale whose source coordinate hits a rounding tie (:func:`nearest_exact_tie`).
     """
     args = spec.args
     where = (f'{args.mode!r} resize of a dynamic input size '
@@ -249,9 +270,18 @@ def check_dynamic_upsample(spec: geo.UpsampleSpec) -> None:
                              f'gives output {bad[1]} = floor(n * {scale}) but ONNX Resize '
                              f'{bad[2]} (float32 scale); use recompute_scale_factor=True, '
                              f'size=..., or {fixed}')
-        if args.mode in geo.NEAREST_MODES:
+        if args.mode == 'nearest-exact':
+            d = nearest_exact_tie(scale)
+            if d is not None:
+                raise ValueError(
+                    f'{where} cannot be exported: output index {d} maps to the source '
+                    f'coordinate (d + 0.5) / {scale} = {(d + 0.5) / scale:.9g}, at a rounding '
+                    'tie, where the float32 order of operations decides the index (PyTorch '
+                    'multiplies by 1/scale, ONNX runtimes divide); use a power-of-two scale, '
+                    f'a scale without ties (e.g. 3), or {fixed}')
+        if args.mode == 'nearest':
             from ..ops.reference import nearest_indices
-            exact = args.mode == 'nearest-exact'
+            exact = False
             n = DYNAMIC_SIZE_LIMIT
             out = geo.upsample_output_size(n, scale)
             torch_idx = nearest_indices(n, out, scale, exact)

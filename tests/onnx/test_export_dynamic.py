@@ -90,8 +90,8 @@ SCALE_CASES = (
      for ac in (False, True) for s in (2, 0.5, (1.5, 3), 2.5, (0.6, 1.75))]
     + [dict(mode=m, align_corners=ac, scale_factor=s, recompute_scale_factor=True)
        for m in ('bilinear', 'bicubic') for ac in (False, True) for s in (1.5, (0.7, 2.2))]
-    + [dict(mode=m, scale_factor=s) for m in ('nearest', 'nearest-exact')
-       for s in (2, 3, 0.5, (1.5, 2.5), 8)]
+    + [dict(mode='nearest', scale_factor=s) for s in (2, 3, 0.5, (1.5, 2.5), 8)]
+    + [dict(mode='nearest-exact', scale_factor=s) for s in (2, 3, 0.5, (3, 0.25), 8)]
     + [dict(mode='nearest-exact', scale_factor=(0.6, 2.2)),
        dict(mode='bilinear', scale_factor=2, antialias=True),
        dict(mode='bilinear', scale_factor=(1, 2))])
@@ -101,9 +101,10 @@ SCALE_CASES = (
 def test_dynamic_upsample_by_scale_matches_pytorch():
     model = Many([CANNUpsample(**kw) for kw in SCALE_CASES])
 
-    def valid(i, hw):  # a downscale of size 1 is empty (PyTorch raises): use 2 there
+    def valid(i, hw):  # a downscale of a tiny size is empty (PyTorch raises)
         scales = geo.float_pair(SCALE_CASES[i]['scale_factor'], 'scale_factor')
-        return tuple(n if math.floor(n * s) >= 1 else 2 for n, s in zip(hw, scales))
+        return tuple(n if math.floor(n * s) >= 1 else math.ceil(1 / s)
+                     for n, s in zip(hw, scales))
 
     for sizes, inputs, expected, got in _run_at_sizes(model, len(SCALE_CASES), rounds=4,
                                                       valid=valid):
@@ -239,6 +240,7 @@ REFUSED = [
     (CANNUpsample(scale_factor=2.2, mode='nearest'), 1, 'repeats every input twice'),
     (CANNUpsample(scale_factor=0.7, mode='bilinear'), 1, 'input size 10 PyTorch gives output 7'),
     (CANNUpsample(scale_factor=0.6, mode='nearest'), 1, 'float32 arithmetic'),
+    (CANNUpsample(scale_factor=1.5, mode='nearest-exact'), 1, 'rounding tie'),
     (ResizeLike(mode='bilinear', antialias=True), 2, 'antialias'),
     (CANNUpsample(scale_factor=0.5, mode='area'), 1, 'area resizing by a scale'),
     (CANNMaxPool2d(2, 2, 1, ceil_mode=True), 1, 'depends on the size'),
@@ -349,3 +351,63 @@ def test_dynamic_fused_ops_export_as_unfused(align_corners):
         decided = ((top2[:, 0] - top2[:, 1]) > 1e-5).numpy()
         assert decided.mean() > 0.95
         assert not ((got_labels != labels.numpy()) & decided).any(), sizes
+
+
+def _ort_nearest_indices_by_scale(n_in, scale, exact_mode):
+    """Source indices onnxruntime reads for ``Resize`` with ``scales`` (a 1-D ramp)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from mmseg_cann.onnx.translation import resize_attributes
+    attrs = resize_attributes('nearest-exact' if exact_mode else 'nearest', False, False, 18)
+    scales = helper.make_tensor('scales', TensorProto.FLOAT, [4], [1, 1, 1, scale])
+    node = helper.make_node('Resize', ['x', '', 'scales'], ['y'], **attrs)
+    graph = helper.make_graph(
+        [node], 'g', [helper.make_tensor_value_info('x', TensorProto.FLOAT, [1, 1, 1, n_in])],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, None)], [scales])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', 18)])
+    model.ir_version = 9
+    session = ort.InferenceSession(model.SerializeToString(), providers=['CPUExecutionProvider'])
+    ramp = np.arange(n_in, dtype=np.float32).reshape(1, 1, 1, n_in)
+    return session.run(None, {'x': ramp})[0].ravel().astype(np.int64)
+
+
+def test_emulated_scale_nearest_indices_match_onnxruntime():
+    """The dynamic legacy-nearest check models onnxruntime's index for ``scales``
+    (:func:`onnx_nearest_indices` with a scale, ``floor(d / scale)`` in float32); it
+    must be what onnxruntime does, including for the refused scales 0.6 and 0.3."""
+    from mmseg_cann.onnx.translation import onnx_nearest_indices
+    for scale in (0.3, 0.6, 1.5, 1.75, 2.5, 3.0, 8.0, 0.15, 4.7):
+        for n_in in (7, 40, 333, 2049):
+            n_out = geo.upsample_output_size(n_in, scale)
+            got = _ort_nearest_indices_by_scale(n_in, scale, False)
+            np.testing.assert_array_equal(onnx_nearest_indices(n_in, n_out, scale, False),
+                                          got, err_msg=f'{n_in} x {scale}')
+
+
+def test_nearest_exact_ties_are_what_differs():
+    """Where onnxruntime's nearest-exact index for ``scales`` differs from PyTorch's,
+    the source coordinate is at a rounding tie, so refusing tied scales
+    (:func:`nearest_exact_tie`) covers every difference; tie-free scales agree."""
+    from mmseg_cann.onnx.translation import nearest_exact_tie
+    from mmseg_cann.ops.reference import nearest_indices
+    differing = 0
+    for scale in (0.3, 0.6, 1.5, 1.75, 2.5, 3.0, 0.1, 0.9, 2.9, 3.3, 0.15, 0.55, 0.25, 8.0):
+        tie = nearest_exact_tie(scale)
+        for n_in in (7, 40, 333, 2049):
+            n_out = geo.upsample_output_size(n_in, scale)
+            got = _ort_nearest_indices_by_scale(n_in, scale, True)
+            want = nearest_indices(n_in, n_out, scale, True)
+            if not np.array_equal(got, want):
+                differing += 1
+                d = int(np.flatnonzero(got != want)[0])
+                assert tie is not None and tie <= d, (scale, n_in, d)
+            if tie is None:
+                np.testing.assert_array_equal(got, want, err_msg=f'{n_in} x {scale}')
+    assert differing  # the refused cases are real
+
+
+def test_static_scale_whose_onnx_output_size_differs_is_refused():
+    # floor(10 * 0.7) is 7 in PyTorch (double) but 6 in ONNX's shape inference
+    with pytest.raises(ValueError, match='cannot be exported exactly'):
+        export_onnx(CANNUpsample(scale_factor=0.7, mode='bilinear'), make_input((1, 2, 10, 10)))
