@@ -151,8 +151,20 @@ def _padding_fields(spec: geo.PoolSpec, counts_padding: bool = False):
     if not spec.args.ceil_mode:
         return 'explicit', pads, False
     if geo.any_symbolic(spec.in_size):
-        # geometry.pool_spec refused the size-dependent case (ceil_mode_may_drop):
-        # ONNX's ceil_mode output size is PyTorch's for every size
+        for axis in range(2):
+            k, st, d, pe = (spec.kernel[axis], spec.stride[axis], spec.dilation[axis],
+                            pads[axis + 2])
+            if geo.ceil_mode_may_drop(k, st, pe, d):
+                raise ValueError(
+                    f'pooling with kernel_size={spec.kernel}, stride={spec.stride}, '
+                    f'padding={spec.args.padding}, dilation={spec.dilation}, ceil_mode=True '
+                    'on a dynamic input size cannot be exported: whether PyTorch drops the '
+                    'last window (it must start inside the input or the left padding) '
+                    'depends on the size, ONNX ceil_mode keeps it (end padding >= '
+                    f'effective kernel - stride + 1 = {geo.effective_kernel(k, d) - st + 1}); '
+                    'use fixed input sizes (dynamic=False), ceil_mode=False or a smaller '
+                    'padding')
+        # never size-dependent here: ONNX's ceil_mode output size is PyTorch's
         return 'explicit', pads, True
     ends = []
     for axis in range(2):

@@ -21,8 +21,9 @@ Sizes may be symbolic (``torch.SymInt`` while ``torch.export`` traces with dynam
 shapes): the size rules below then build symbolic expressions and never call ``int()``
 or ``bool()`` on a symbolic size (that would specialise it to the traced value). Where
 a rule's outcome depends on the concrete size (PyTorch's ``ceil_mode`` window drop, a
-size check that has to compare), the symbolic path either skips a check that only
-catches empty outputs or raises ``ValueError`` saying the rule is size-dependent.
+size check that has to compare), the symbolic path builds a symbolic choice
+(``torch.sym_ite``) or skips a check that only catches empty outputs; the ONNX export
+refuses what ONNX cannot express for every size.
 """
 from __future__ import annotations
 
@@ -404,14 +405,11 @@ def pool_output_size(in_size: int, kernel: int, stride: int, pad: int, dilation:
         stride - 1 if ceil_mode else 0)
     out = numerator // stride + 1
     if ceil_mode and is_symbolic(in_size):
-        if ceil_mode_may_drop(kernel, stride, pad, dilation):
-            raise ValueError(
-                f'pooling with kernel_size={kernel}, stride={stride}, padding={pad}, '
-                f'dilation={dilation}, ceil_mode=True on a dynamic (symbolic) input size: '
-                "whether PyTorch drops the last window depends on the size (padding "
-                f'>= effective kernel - stride + 1 = {effective_kernel(kernel, dilation) - stride + 1}); '
-                'use fixed input sizes, ceil_mode=False or a smaller padding')
-        return out
+        if not ceil_mode_may_drop(kernel, stride, pad, dilation):
+            return out
+        # size-dependent: a symbolic choice, no guard (the ONNX export refuses it)
+        import torch
+        return torch.sym_ite((out - 1) * stride >= in_size + pad, out - 1, out)
     if ceil_mode and (out - 1) * stride >= in_size + pad:
         out -= 1  # the last window must start inside the input or the left padding
     return out

@@ -266,29 +266,8 @@ def test_size_dependent_rules_are_refused(module, n_inputs, message):
 
 
 # ----------------------------------------------------------------------------------
-# the size-independent decisions, checked against brute force over sizes
+# the size-independent decisions (geometry's: tests/ops/test_geometry_symbolic.py)
 # ----------------------------------------------------------------------------------
-def test_ceil_mode_may_drop_is_exactly_the_size_dependent_case():
-    for k in range(1, 6):
-        for s in range(1, 5):
-            for p in range(0, k // 2 + 1):
-                for d in (1, 2):
-                    ek = geo.effective_kernel(k, d)
-                    differs = False
-                    for n in range(max(1, ek - 2 * p), 80):
-                        onnx_ceil = -(-(n + 2 * p - ek) // s) + 1
-                        torch_out = geo.pool_output_size(n, k, s, p, d, True)
-                        differs |= onnx_ceil != torch_out
-                    assert geo.ceil_mode_may_drop(k, s, p, d) == differs, (k, s, p, d)
-
-
-def test_scale_keeps_size_matches_brute_force():
-    for scale in (0.3, 0.5, 0.99, 1.0, 1.01, 1.2, 1.4999, 1.5, 1.75, 2.0, 3.0):
-        kept = [math.floor(n * scale) == n for n in range(2, 400)]
-        want = True if all(kept) else False if not any(kept) else None
-        assert geo.scale_keeps_size(scale, 2) is want, scale
-
-
 def test_scale_output_size_rule():
     assert scale_output_size_mismatch(0.7) == (10, 7, 6)
     for scale in (2.0, 0.5, 1.5, 2.5, 0.25, 8.0, 1.75, 0.6):
