@@ -1,15 +1,14 @@
 """Symbolic sizes through :mod:`mmseg_cann.ops.geometry`: the size-independent
-decisions against brute force over sizes, and ``torch.compile(dynamic=True)`` of the CANN
-modules (sizes arrive as ``SymInt``) against eager at several input sizes."""
+decisions against brute force over sizes, and the symbolic output sizes (``torch.export``
+with dynamic height/width, sizes arrive as ``SymInt``) evaluated at other sizes against
+the concrete rules."""
 from __future__ import annotations
 
 import math
 
 import torch
 
-from mmseg_cann import CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d, CANNUpsample
 from mmseg_cann.ops import geometry as geo
-from tests.conftest import make_input
 
 
 def test_ceil_mode_may_drop_is_exactly_the_size_dependent_case():
