@@ -119,8 +119,9 @@ def check_exportable(spec: geo.UpsampleSpec, opset: int) -> None:
                     f'use sizes where both agree or mode="nearest-exact"')
     for axis, scale in enumerate(spec.kernel_scales):
         if scale is not None:
-            bad = scale_output_size_mismatch(onnx_axis_scale(spec, axis), spec.in_size[axis])
-            if bad is not None and bad[0] == spec.in_size[axis]:
+            bad = _output_size_mismatch(np.array([spec.in_size[axis]]),
+                                        onnx_axis_scale(spec, axis))
+            if bad is not None:
                 raise ValueError(
                     f'{spec.mode!r} resize by scale_factor={scale} of size {bad[0]} cannot '
                     f'be exported exactly: PyTorch gives output {bad[1]} = floor(n * scale) '
@@ -174,7 +175,11 @@ def scale_output_size_mismatch(scale: float, limit: int = DYNAMIC_SIZE_LIMIT
     agree with PyTorch (e.g. scale 0.7: PyTorch gives 7 for n = 10, the shape
     inference 6). None when every size agrees.
     """
-    n = np.arange(1, limit + 1)
+    return _output_size_mismatch(np.arange(1, limit + 1), scale)
+
+
+def _output_size_mismatch(n: np.ndarray, scale: float) -> Optional[Tuple[int, int, int]]:
+    """First of the sizes ``n`` whose ONNX output size for ``scale`` is not PyTorch's."""
     torch_out = np.floor(n.astype(np.float64) * scale).astype(np.int64)
     s32 = np.float32(scale)
     ort_out = np.floor(n.astype(np.float32) * s32).astype(np.int64)
