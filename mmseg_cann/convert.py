@@ -44,10 +44,13 @@ def cann_resize(input, size=None, scale_factor=None, mode='nearest', align_corne
     Same arguments, same alignment warning, same result as mmseg's function (which calls
     ``F.interpolate`` with exactly these arguments).
     """
-    if warning:
+    from .ops.geometry import any_symbolic, size_value
+    symbolic = size is not None and not isinstance(size, int) and any_symbolic(
+        tuple(size) + tuple(input.shape[2:]))
+    if warning and not symbolic:  # (a dynamic-shape trace cannot evaluate it)
         _original_resize_warning(input, size, align_corners)
     if size is not None:
-        size = tuple(int(s) for s in size) if not isinstance(size, int) else size
+        size = tuple(size_value(s) for s in size) if not isinstance(size, int) else size
     return upsample(input, size, scale_factor, mode, align_corners)
 
 

@@ -2,7 +2,8 @@
 """Export an mmseg model with the CANN ops to ONNX (for Ascend ATC), check and verify it.
 
     python tools/export_onnx.py CONFIG [CHECKPOINT] --shape H W --out FILE
-        [--opset N] [--dynamic] [--verify] [--simplify] [--cfg-options k=v ...]
+        [--opset N] [--dynamic [--verify-shape H W ...]] [--verify] [--simplify]
+        [--cfg-options k=v ...]
 
 Builds the model from CONFIG (SyncBN as BN; without CHECKPOINT no pretrained weights are
 downloaded and mmseg's initialisation is used, seeded), converts it with ``mmseg_cann.convert_model`` (CANN
@@ -13,7 +14,10 @@ prints the Resize/pool nodes with their attributes and, with ``--verify``, compa
 onnxruntime (CPU) with PyTorch on random and synthetic inputs, exiting 1 beyond
 ``--atol`` or when the argmax agreement is below ``--min-agree`` (exit 2 when the model
 cannot be exported exactly, with the reason). ``--simplify`` slims the graph with
-onnxslim before it is saved and verified. The config's
+onnxslim before it is saved and verified. ``--dynamic`` exports symbolic batch, height
+and width (exact for every size, or exit 2 with the size-dependent rule that prevents
+it) and ``--verify`` then also checks two other input sizes (or the
+``--verify-shape`` ones). The config's
 ``CANNOpsHook`` (training/testing runtime) plays no part: the tool converts the model
 itself and the export backend translates every CANN op.
 """
@@ -51,7 +55,12 @@ def parse_args(argv=None):
     parser.add_argument('--out', required=True, help='output .onnx file')
     parser.add_argument('--opset', type=int, default=18)
     parser.add_argument('--dynamic', action='store_true',
-                        help='dynamic batch/height/width (verified at two sizes)')
+                        help='dynamic batch/height/width (--verify checks two more sizes)')
+    parser.add_argument('--verify-shape', nargs=2, type=int, action='append', default=None,
+                        metavar=('H', 'W'), dest='verify_shapes',
+                        help='with --dynamic --verify: an input size to verify besides '
+                             '--shape (repeatable; default: H+32 x W-32 (batch 2) and '
+                             'H+16 x W+48)')
     parser.add_argument('--verify', action='store_true')
     parser.add_argument('--simplify', action='store_true',
                         help='slim the graph with onnxslim (verified like the export)')
@@ -129,6 +138,17 @@ def verification_inputs(shape, seed=0):
     return [random, synthetic]
 
 
+def dynamic_verification_shapes(h, w, given=None):
+    """Input shapes, besides the traced ``(1, 3, h, w)``, at which a dynamic export is
+    verified: ``given`` ``(H, W)`` pairs (batch 1), or by default ``(2, 3, h + 32,
+    w - 32)`` (``w + 32`` when ``w <= 64``) and ``(1, 3, h + 16, w + 48)``: another
+    batch and sizes that keep a multiple of 16 (UNet's constraint) but change the
+    divisibility of PSPNet's pyramid bins."""
+    if given:
+        return [(1, 3, int(a), int(b)) for a, b in given]
+    return [(2, 3, h + 32, w - 32 if w > 64 else w + 32), (1, 3, h + 16, w + 48)]
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     from mmseg_cann.onnx import export_onnx, node_summary, verify_onnx
@@ -142,6 +162,10 @@ def main(argv=None) -> int:
     except ValueError as exc:  # an unexportable op or setting, explained
         print(f'export failed: {exc}', file=sys.stderr)
         return 2
+    if args.dynamic:
+        from mmseg_cann.onnx.export import dynamic_dims
+        print('dynamic input dims (N, C, H, W): ' + '; '.join(
+            str(d) for d in dynamic_dims(proto)))
     print(f'exported {args.out} (opset {args.opset}, '
           f'{"dynamic" if args.dynamic else "fixed"} shape, '
           f'{"simplified with onnxslim, " if args.simplify else ""}'
@@ -153,11 +177,17 @@ def main(argv=None) -> int:
         return 0
     shapes = [(1, 3, h, w)]
     if args.dynamic:
-        shapes.append((2, 3, h + 32, w - 32 if w > 64 else w + 32))
+        shapes += dynamic_verification_shapes(h, w, args.verify_shapes)
     ok = True
     for shape in shapes:
         for name, x in zip(('random', 'synthetic'), verification_inputs(shape)):
-            (r,) = verify_onnx(proto, model, [x])
+            try:
+                (r,) = verify_onnx(proto, model, [x])
+            except Exception as exc:  # PyTorch or onnxruntime rejects this size
+                ok = False
+                print(f'verify {name:<9} input {tuple(shape)}: FAILED ({type(exc).__name__}: '
+                      f'{str(exc).strip().splitlines()[0] if str(exc).strip() else ""})')
+                continue
             good = r['max_abs'] <= args.atol and r['argmax_agree'] >= args.min_agree
             ok &= good
             print(f'verify {name:<9} input {tuple(shape)}: max abs error {r["max_abs"]:.3g}, '

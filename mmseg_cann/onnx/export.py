@@ -29,7 +29,12 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
         inputs: example ``(N, C, H, W)`` tensor(s).
         path: where to write the ``.onnx`` file (weights embedded), or None.
         opset: ONNX opset, >= 17 (antialiasing needs 18).
-        dynamic: make batch, height and width of every input dynamic.
+        dynamic: make batch, height and width of every input dynamic (symbolic). The
+            graph then reproduces PyTorch for every input size; ``ValueError`` where an
+            op's rule depends on the concrete size (see
+            :func:`~mmseg_cann.onnx.translation.check_dynamic_upsample`,
+            :func:`~mmseg_cann.ops.geometry.ceil_mode_may_drop`) or where the model's
+            own code pins a size to the example's.
         input_names, output_names: graph input/output names.
         simplify: run ``onnxslim.slim`` on the exported graph (PyPI ``onnxslim``,
             ``requirements/tests.txt``); the result is checked like the export.
@@ -44,26 +49,42 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
         inputs = (inputs,)
     dynamic_shapes = None
     if dynamic:
-        dims = {0: torch.export.Dim('batch'), 2: torch.export.Dim('height'),
-                3: torch.export.Dim('width')}
-        dynamic_shapes = tuple(dict(dims) for _ in inputs)
+        # Dim.AUTO: torch.export keeps each dim symbolic unless the model forces a
+        # value (then _check_dynamic refuses the graph) and records the constraints the
+        # model puts on it (e.g. a multiple of 16 for UNet)
+        auto = torch.export.Dim.AUTO
+        dynamic_shapes = _per_argument(model, [{0: auto, 2: auto, 3: auto} for _ in inputs])
     model.eval()
     with _quiet(), onnx_export_mode(opset), torch.no_grad(), _unwrapped_errors():
         program = torch.onnx.export(
-            model, tuple(inputs), dynamo=True, opset_version=opset,
+            # fresh tensors: torch.export leaves dim markings on the tensors it traced,
+            # which would make a later fixed-shape export of the same tensors symbolic
+            model, tuple(t.detach().clone() for t in inputs), dynamo=True,
+            opset_version=opset,
             custom_translation_table=translation_table(opset),
             dynamic_shapes=dynamic_shapes, input_names=list(input_names)[:len(inputs)],
             output_names=None if output_names is None else list(output_names),
             optimize=True, verbose=False)
     proto = program.model_proto
     if dynamic:
-        _check_dynamic(proto)
+        _check_dynamic(proto, getattr(program, 'exported_program', None))
     if simplify:
         proto = simplify_onnx(proto)
     onnx.checker.check_model(proto, full_check=True)
     if path is not None:
         onnx.save(proto, os.fspath(path))
     return proto
+
+
+def _per_argument(model: torch.nn.Module, specs: List[dict]) -> tuple:
+    """``dynamic_shapes`` laid out like ``model.forward``'s parameters: the specs of
+    inputs taken by ``*args`` go into one tuple (torch.export's structure)."""
+    import inspect
+    params = list(inspect.signature(model.forward).parameters.values())
+    for i, param in enumerate(params):
+        if param.kind == param.VAR_POSITIONAL:
+            return tuple(specs[:i]) + (tuple(specs[i:]),)
+    return tuple(specs)
 
 
 def simplify_onnx(proto):
@@ -81,22 +102,56 @@ def simplify_onnx(proto):
         return onnxslim.slim(proto)
 
 
-def _check_dynamic(proto) -> None:
-    """Refuse a 'dynamic' export whose spatial input dims came out fixed.
+def _check_dynamic(proto, exported_program=None) -> None:
+    """Refuse a 'dynamic' export whose batch, height or width came out fixed.
 
-    The CANN ops resolve their geometry (output sizes, pads, bins) to Python ints at
-    trace time, so torch.export specialises height and width to the example input; the
-    graph is then valid only for that size and is rejected rather than passed off as
-    dynamic.
+    The CANN ops keep symbolic sizes symbolic (or refuse a size-dependent rule), but
+    other code in a model can still force a value (an ``int()`` of a size, a branch on
+    it); torch.export then specialises that dimension to the example input -- either
+    as a fixed ONNX dim, or (``Dim.AUTO``) as a symbol whose range is the one traced
+    value, which the ONNX graph would not show -- and the graph, valid for that size
+    only, is rejected rather than passed off as dynamic.
     """
-    for value in proto.graph.input:
+    pinned = _pinned_input_dims(exported_program)
+    for k, value in enumerate(proto.graph.input):
         dims = value.type.tensor_type.shape.dim
-        if len(dims) == 4 and all(d.HasField('dim_value') for d in dims[2:]):
+        if len(dims) != 4:
+            continue
+        fixed = [name for axis, name in ((0, 'batch'), (2, 'height'), (3, 'width'))
+                 if dims[axis].HasField('dim_value') or (k, axis) in pinned]
+        if fixed:
             raise ValueError(
-                f'dynamic=True: input {value.name!r} was specialised to the fixed size '
-                f'{[d.dim_param or d.dim_value for d in dims]} (the CANN ops resolve their geometry to '
-                'static sizes when traced); dynamic height/width export is not supported '
-                'yet, export one graph per input size')
+                f'dynamic=True: input {value.name!r} came out with fixed '
+                f'{", ".join(fixed)} {[d.dim_param or d.dim_value for d in dims]}: code in '
+                'the model forces the traced size (an int() of a size or a branch on it, '
+                'outside the CANN ops); export with fixed shapes (dynamic=False), one '
+                'graph per input size')
+
+
+def _pinned_input_dims(exported_program) -> set:
+    """``(input index, axis)`` of user inputs whose symbolic dim torch.export pinned to a
+    single value (range ``[v, v]``)."""
+    if exported_program is None:
+        return set()
+    user_inputs = list(exported_program.graph_signature.user_inputs)
+    ranges = exported_program.range_constraints
+    placeholders = {n.name: n for n in exported_program.graph.nodes if n.op == 'placeholder'}
+    pinned = set()
+    for k, name in enumerate(user_inputs):
+        val = placeholders[name].meta.get('val') if name in placeholders else None
+        for axis, dim in enumerate(getattr(val, 'shape', ())):
+            expr = getattr(getattr(dim, 'node', None), 'expr', None)
+            bound = ranges.get(expr) if expr is not None else None
+            if bound is not None and bound.lower == bound.upper:
+                pinned.add((k, axis))
+    return pinned
+
+
+def dynamic_dims(proto) -> List[List[Union[int, str]]]:
+    """Each graph input's dims: ints where fixed, the symbolic expression (e.g.
+    ``'s53'``, ``'16*s0'``) where dynamic."""
+    return [[d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+            for value in proto.graph.input]
 
 
 class _unwrapped_errors:

@@ -22,7 +22,7 @@ import torch
 from ..backends import native
 from ..ops import geometry as geo
 from .state import current_opset
-from .translation import check_exportable
+from .translation import check_dynamic_upsample, check_exportable, onnx_axis_scale
 
 #: ``align_corners`` is passed as an int: -1 (None), 0 or 1
 _AC = {None: -1, False: 0, True: 1}
@@ -46,6 +46,29 @@ def _upsample_op(x: torch.Tensor, out_size: List[int], kernel_scales: List[float
 @_upsample_op.register_fake
 def _(x, out_size, kernel_scales, in_size, mode, align_corners, antialias):
     return x.new_empty((x.shape[0], x.shape[1], out_size[0], out_size[1]))
+
+
+@torch.library.custom_op('mmseg_cann::upsample_by_scale', mutates_args=())
+def _upsample_scale_op(x: torch.Tensor, scale_factor: List[float], onnx_scales: List[float],
+                       map_with_scale: bool, mode: str, align_corners: int,
+                       antialias: bool) -> torch.Tensor:
+    """Resize ``x`` (N, C, H, W) of any (dynamic) size by ``scale_factor``.
+
+    Output ``floor(in * scale)`` per axis. ``map_with_scale``: PyTorch maps coordinates
+    with ``1 / scale`` (ONNX ``Resize`` with ``onnx_scales``, which equal the user scales
+    except where PyTorch copies an axis); otherwise with ``in / out`` (the sizes are
+    computed in the graph in double precision, as PyTorch does, and passed as ``sizes``).
+    """
+    ac = None if align_corners < 0 else bool(align_corners)
+    return torch.nn.functional.interpolate(
+        x, scale_factor=list(scale_factor), mode=mode, align_corners=ac,
+        recompute_scale_factor=not map_with_scale, antialias=antialias)
+
+
+@_upsample_scale_op.register_fake
+def _(x, scale_factor, onnx_scales, map_with_scale, mode, align_corners, antialias):
+    out = [geo.upsample_output_size(n, s) for n, s in zip(x.shape[-2:], scale_factor)]
+    return x.new_empty((x.shape[0], x.shape[1], out[0], out[1]))
 
 
 @torch.library.custom_op('mmseg_cann::max_pool2d', mutates_args=())
@@ -78,7 +101,7 @@ def _(x, kernel, stride, padding, pads, ceil_mode, count_include_pad):
 
 @torch.library.custom_op('mmseg_cann::adaptive_avg_pool2d', mutates_args=())
 def _adaptive_op(x: torch.Tensor, in_size: List[int], out_size: List[int]) -> torch.Tensor:
-    """Adaptive average pooling of a fixed-size input to ``out_size``."""
+    """Adaptive average pooling to ``out_size``; ``in_size`` -1 marks a dynamic axis."""
     return torch.nn.functional.adaptive_avg_pool2d(x, out_size)
 
 
@@ -93,13 +116,13 @@ def _pool_spec(x, kernel, stride, padding, pads, dilation, ceil_mode) -> geo.Poo
         args = geo.PoolArgs(tuple(kernel), tuple(stride), padding, tuple(dilation), ceil_mode)
         return geo.pool_spec(x.shape[-2:], args)
     args = geo.PoolArgs(tuple(kernel), tuple(stride), (0, 0), tuple(dilation), ceil_mode)
+    in_hw = tuple(geo.size_value(v) for v in x.shape[-2:])
     out = []
     for axis in range(2):
-        span = (int(x.shape[-2 + axis]) + pads[axis] + pads[axis + 2]
+        span = (in_hw[axis] + pads[axis] + pads[axis + 2]
                 - geo.effective_kernel(kernel[axis], dilation[axis]))
         out.append((-(-span // stride[axis]) if ceil_mode else span // stride[axis]) + 1)
-    return geo.PoolSpec(args, tuple(int(v) for v in x.shape[-2:]), tuple(out),
-                        (pads[0], pads[1]), (pads[2], pads[3]))
+    return geo.PoolSpec(args, in_hw, tuple(out), (pads[0], pads[1]), (pads[2], pads[3]))
 
 
 def _padding_fields(spec: geo.PoolSpec, counts_padding: bool = False):
@@ -112,11 +135,37 @@ def _padding_fields(spec: geo.PoolSpec, counts_padding: bool = False):
     average that counts padding (``counts_padding``) would count them, so it raises.
     """
     padding = spec.args.padding
-    pads = list(spec.pad_begin) + list(spec.pad_end)
     if isinstance(padding, str) and padding.startswith('same'):
-        return padding, pads, False
+        if geo.any_symbolic(spec.in_size) and any(
+                geo.effective_kernel(k, d) < s
+                for k, s, d in zip(spec.kernel, spec.stride, spec.dilation)):
+            raise ValueError(
+                f'pooling with padding={padding!r}, kernel_size={spec.kernel}, '
+                f'stride={spec.stride} on a dynamic input size cannot be exported: with a '
+                'kernel smaller than the stride the SAME padding is 0 or negative '
+                "depending on the size, and onnxruntime's auto_pad rejects negative "
+                'padding; use fixed input sizes (dynamic=False) or a kernel >= stride')
+        # auto_pad computes the pads from the runtime size (they may be symbolic here)
+        return padding, [0, 0, 0, 0], False
+    pads = list(spec.pad_begin) + list(spec.pad_end)
     if not spec.args.ceil_mode:
         return 'explicit', pads, False
+    if geo.any_symbolic(spec.in_size):
+        for axis in range(2):
+            k, st, d, pe = (spec.kernel[axis], spec.stride[axis], spec.dilation[axis],
+                            pads[axis + 2])
+            if geo.ceil_mode_may_drop(k, st, pe, d):
+                raise ValueError(
+                    f'pooling with kernel_size={spec.kernel}, stride={spec.stride}, '
+                    f'padding={spec.args.padding}, dilation={spec.dilation}, ceil_mode=True '
+                    'on a dynamic input size cannot be exported: whether PyTorch drops the '
+                    'last window (it must start inside the input or the left padding) '
+                    'depends on the size, ONNX ceil_mode keeps it (end padding >= '
+                    f'effective kernel - stride + 1 = {geo.effective_kernel(k, d) - st + 1}); '
+                    'use fixed input sizes (dynamic=False), ceil_mode=False or a smaller '
+                    'padding')
+        # never size-dependent here: ONNX's ceil_mode output size is PyTorch's
+        return 'explicit', pads, True
     ends = []
     for axis in range(2):
         n, k, s, d = (spec.in_size[axis], spec.kernel[axis], spec.stride[axis],
@@ -143,11 +192,32 @@ def _padding_fields(spec: geo.PoolSpec, counts_padding: bool = False):
 # backend interface
 # ----------------------------------------------------------------------------------
 def upsample(input: torch.Tensor, spec: geo.UpsampleSpec) -> torch.Tensor:
-    """The upsample custom op for ``spec`` (``mode='area'`` is adaptive average pooling)."""
+    """The upsample custom op for ``spec`` (``mode='area'`` is adaptive average pooling).
+
+    With symbolic (dynamic) sizes: a resize by ``scale_factor`` becomes
+    ``mmseg_cann::upsample_by_scale`` (scales or in-graph sizes), a resize to a given
+    size (possibly another tensor's symbolic size) the ``sizes`` form; rules that depend
+    on the concrete size are refused by :func:`check_dynamic_upsample`.
+    """
+    if geo.any_symbolic(spec.in_size + tuple(spec.out_size)):
+        check_dynamic_upsample(spec)
+        if spec.mode == 'area':
+            return adaptive_avg_pool2d(input, spec.out_size)
+        args = spec.args
+        if args.scale_factor is not None:
+            map_with_scale = not (args.recompute_scale_factor or all(
+                s is None for s in spec.kernel_scales))
+            onnx_scales = [1.0 if k is None else float(k) for k in spec.kernel_scales]
+            return _upsample_scale_op(input, list(args.scale_factor), onnx_scales,
+                                      map_with_scale, spec.mode, _AC[spec.align_corners],
+                                      False)
+        return _upsample_op(input, list(spec.out_size), [0.0, 0.0], [0, 0], spec.mode,
+                            _AC[spec.align_corners], False)
     if spec.mode == 'area':
         return adaptive_avg_pool2d(input, spec.out_size)
     check_exportable(spec, current_opset())
-    scales = [0.0 if s is None else float(s) for s in spec.kernel_scales]
+    scales = [0.0 if s is None else onnx_axis_scale(spec, axis)
+              for axis, s in enumerate(spec.kernel_scales)]
     return _upsample_op(input, list(spec.out_size), scales, list(spec.in_size), spec.mode,
                         _AC[spec.align_corners], spec.antialias)
 
@@ -176,8 +246,14 @@ def avg_pool2d(input: torch.Tensor, spec: geo.PoolSpec, count_include_pad: bool 
 
 
 def adaptive_avg_pool2d(input: torch.Tensor, output_size) -> torch.Tensor:
-    """The adaptive average-pool custom op."""
-    return _adaptive_op(input, list(input.shape[-2:]), [int(v) for v in output_size])
+    """The adaptive average-pool custom op (a dynamic input needs a fixed output size)."""
+    if geo.any_symbolic(output_size):
+        raise ValueError(f'adaptive average pooling to a size that depends on the dynamic '
+                         f'input ({tuple(output_size)}) cannot be exported; give a fixed '
+                         'output size or export with fixed shapes')
+    # -1 marks a dynamic axis (its bins are built in the graph from the runtime size)
+    in_size = [-1 if geo.is_symbolic(v) else int(v) for v in input.shape[-2:]]
+    return _adaptive_op(input, in_size, [int(v) for v in output_size])
 
 
 def upsample_add(input: torch.Tensor, other: torch.Tensor,

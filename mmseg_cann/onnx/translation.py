@@ -25,7 +25,8 @@ maps with ``1 / scale_factor`` does the node carry ``scales`` instead (a copied 
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence
+import math
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -33,6 +34,8 @@ import torch
 from ..ops import geometry as geo
 
 MIN_OPSET = 17
+#: a dynamic export's size-independent checks cover every input size up to this
+DYNAMIC_SIZE_LIMIT = 8192
 
 
 def resize_attributes(mode: str, align_corners: bool, antialias: bool,
@@ -105,7 +108,8 @@ def check_exportable(spec: geo.UpsampleSpec, opset: int) -> None:
         for axis, name in enumerate(('height', 'width')):
             n_in, n_out, scale = spec.in_size[axis], spec.out_size[axis], spec.kernel_scales[axis]
             torch_idx = nearest_indices(n_in, n_out, scale, exact)
-            onnx_idx = onnx_nearest_indices(n_in, n_out, scale, exact)
+            onnx_idx = onnx_nearest_indices(
+                n_in, n_out, None if scale is None else onnx_axis_scale(spec, axis), exact)
             if not np.array_equal(torch_idx, onnx_idx):
                 d = int(np.flatnonzero(torch_idx != onnx_idx)[0])
                 raise ValueError(
@@ -113,6 +117,16 @@ def check_exportable(spec: geo.UpsampleSpec, opset: int) -> None:
                     f'exactly: PyTorch reads source index {torch_idx[d]} for output {d} '
                     f'(float32 index arithmetic) where ONNX Resize reads {onnx_idx[d]}; '
                     f'use sizes where both agree or mode="nearest-exact"')
+    for axis, scale in enumerate(spec.kernel_scales):
+        if scale is not None:
+            bad = _output_size_mismatch(np.array([spec.in_size[axis]]),
+                                        onnx_axis_scale(spec, axis))
+            if bad is not None:
+                raise ValueError(
+                    f'{spec.mode!r} resize by scale_factor={scale} of size {bad[0]} cannot '
+                    f'be exported exactly: PyTorch gives output {bad[1]} = floor(n * scale) '
+                    f'but ONNX Resize {bad[2]} (float32 scale); pass size=... or '
+                    'recompute_scale_factor=True')
     if spec.antialias:
         shrinks = any(o < i for i, o in zip(spec.in_size, spec.out_size))
         if spec.mode != 'bilinear' or spec.align_corners or shrinks:
@@ -131,6 +145,158 @@ def check_exportable(spec: geo.UpsampleSpec, opset: int) -> None:
                     f'{spec.in_size[axis]} cannot be exported exactly: PyTorch maps it '
                     'with 1/scale but ONNX Resize copies it; pass size=... or '
                     'recompute_scale_factor=True')
+
+
+def onnx_axis_scale(spec: geo.UpsampleSpec, axis: int) -> float:
+    """The ``Resize`` scale of ``axis`` for a resize PyTorch maps with ``1 / scale``.
+
+    The user scale, except where legacy ``nearest`` takes one of PyTorch's shortcuts
+    (``out == in`` copies, ``out == 2 * in`` repeats every input twice, whatever the
+    scale): scale 1 or 2 reproduce them in ONNX (onnxruntime copies an axis only when
+    the whole tensor keeps its shape, so a kept axis needs scale 1).
+    """
+    scale = spec.kernel_scales[axis]
+    if spec.mode == 'nearest' and not geo.is_symbolic(spec.in_size[axis]):
+        n_in, n_out = spec.in_size[axis], spec.out_size[axis]
+        if n_out == n_in:
+            return 1.0
+        if n_out == 2 * n_in:
+            return 2.0
+    return float(scale)
+
+
+def scale_output_size_mismatch(scale: float, limit: int = DYNAMIC_SIZE_LIMIT
+                               ) -> Optional[Tuple[int, int, int]]:
+    """First input size ``n <= limit`` whose ``Resize`` output size for ``scales``
+    differs from PyTorch's ``floor(n * scale)`` (double), as ``(n, pytorch, onnx)``.
+
+    ONNX computes the size from the float32 scale: onnxruntime as a float32 product,
+    the ONNX shape inference as ``floor(n * float32(scale))`` in double; both must
+    agree with PyTorch (e.g. scale 0.7: PyTorch gives 7 for n = 10, the shape
+    inference 6). None when every size agrees.
+    """
+    return _output_size_mismatch(np.arange(1, limit + 1), scale)
+
+
+def _output_size_mismatch(n: np.ndarray, scale: float) -> Optional[Tuple[int, int, int]]:
+    """First of the sizes ``n`` whose ONNX output size for ``scale`` is not PyTorch's."""
+    torch_out = np.floor(n.astype(np.float64) * scale).astype(np.int64)
+    s32 = np.float32(scale)
+    ort_out = np.floor(n.astype(np.float32) * s32).astype(np.int64)
+    infer_out = np.floor(n.astype(np.float64) * np.float64(s32)).astype(np.int64)
+    bad = np.flatnonzero((torch_out != ort_out) | (torch_out != infer_out))
+    if not bad.size:
+        return None
+    i = int(bad[0])
+    return int(n[i]), int(torch_out[i]), int(ort_out[i] if ort_out[i] != torch_out[i]
+                                             else infer_out[i])
+
+
+def nearest_exact_tie(scale: float, limit: int = DYNAMIC_SIZE_LIMIT) -> Optional[int]:
+    """First output index ``d < limit * scale`` whose ``nearest-exact`` source coordinate
+    ``(d + 0.5) / scale`` is within float32 rounding (relative 1e-6) of an integer, or
+    None. There PyTorch's ``floorf((d + 0.5) * float(1 / scale))`` and ONNX's
+    ``round_prefer_ceil((d + 0.5) / scale - 0.5)`` can land on either side depending on
+    the order of float32 operations (onnxruntime's own order could not be emulated
+    exactly: 8 of 102 measured (size, scale) cases differ from every emulation tried), so
+    a dynamic export accepts only tie-free scales. A power-of-two scale is exact in
+    float32 and never ambiguous.
+    """
+    if math.frexp(scale)[0] == 0.5:
+        return None
+    d = np.arange(int(math.floor(limit * scale)), dtype=np.float64)
+    x = (d + 0.5) / scale
+    near = np.abs(x - np.round(x)) <= 1e-6 * np.maximum(x, 1.0)
+    hits = np.flatnonzero(near)
+    return int(hits[0]) if hits.size else None
+
+
+def check_dynamic_upsample(spec: geo.UpsampleSpec) -> None:
+    """Raise ``ValueError`` where a resize of a dynamic (symbolic) size cannot be
+    exported so that ONNX ``Resize`` reproduces PyTorch for every input size.
+
+    Refused, each because the rule depends on the concrete size:
+
+    * ``nearest``/``nearest-exact`` mapped with ``in / out`` (a given size,
+      ``recompute_scale_factor=True``): PyTorch's float32 index ``floor(d * in/out)``
+      differs from ONNX's for some size pairs (e.g. 2 -> 82);
+    * antialiasing, unless a bilinear ``align_corners=False`` upsampling by scales
+      >= 1 (never shrinks: plain bilinear);
+    * ``area`` by a scale factor (its bins follow the runtime sizes of both sides);
+    * a user scale in (1, 1.5), which keeps sizes >= 2 below ``1 / (scale - 1)``:
+      PyTorch copies or maps such an axis by mode, onnxruntime copies only when the
+      whole tensor keeps its shape;
+    * legacy ``nearest`` with a scale in (2, 2.5) (PyTorch's ``out == 2 * in``
+      shortcut applies to small sizes only);
+    * a scale whose ONNX output size differs from ``floor(n * scale)`` for some
+      ``n <= DYNAMIC_SIZE_LIMIT`` (:func:`scale_output_size_mismatch`);
+    * legacy ``nearest`` with a scale whose float32 index rule differs from ONNX's for
+      some output index below ``DYNAMIC_SIZE_LIMIT * scale``; ``nearest-exact`` with a
+      scale whose source coordinate hits a rounding tie (:func:`nearest_exact_tie`).
+    """
+    args = spec.args
+    where = (f'{args.mode!r} resize of a dynamic input size '
+             f'({"size=" + str(tuple(args.size)) if args.size is not None else "scale_factor=" + str(args.scale_factor)})')
+    fixed = 'export with fixed shapes (dynamic=False)'
+    if args.mode == 'area':
+        if args.scale_factor is not None:
+            raise ValueError(f'{where} cannot be exported: area resizing by a scale '
+                             f'averages bins of size-dependent extent; give size=... '
+                             f'or {fixed}')
+        return
+    by_size = args.scale_factor is None or args.recompute_scale_factor
+    if args.mode in geo.NEAREST_MODES and by_size:
+        raise ValueError(f'{where} cannot be exported: PyTorch computes the {args.mode} '
+                         'index with the float32 ratio in/out, which differs from ONNX '
+                         "Resize's for some sizes (e.g. 2 -> 82); use a scale_factor "
+                         f'without recompute_scale_factor, mode="bilinear", or {fixed}')
+    if args.antialias and not (args.mode == 'bilinear' and not args.align_corners
+                               and not by_size and min(args.scale_factor) >= 1.0):
+        raise ValueError(f'{where} with antialias=True cannot be exported: whether and '
+                         "how it filters depends on the sizes and ONNX Resize's "
+                         f"antialias differs from PyTorch's; use antialias=False or {fixed}")
+    if by_size:
+        return
+    for scale in args.scale_factor:
+        if geo.scale_keeps_size(scale, min_size=2) is None:  # 1 < scale < 1.5
+            raise ValueError(f'{where} cannot be exported: scale {scale} keeps small sizes '
+                             'unchanged (floor(n * scale) == n for 2 <= n < '
+                             f'{1 / (scale - 1):.4g}), where PyTorch and ONNX Resize treat '
+                             'the axis differently; use recompute_scale_factor=True, '
+                             f'a scale >= 1.5, or {fixed}')
+        # floor(n * scale) == 2n for some n >= 2 (size 1 reads its one pixel anyway)
+        if args.mode == 'nearest' and 2.0 < scale < 2.5:
+            raise ValueError(f'{where} cannot be exported: PyTorch repeats every input '
+                             f'twice when floor(n * {scale}) == 2n (small n), ONNX does '
+                             f'not; use scale 2, recompute_scale_factor=True, or {fixed}')
+        bad = scale_output_size_mismatch(scale)
+        if bad is not None:
+            raise ValueError(f'{where} cannot be exported: for input size {bad[0]} PyTorch '
+                             f'gives output {bad[1]} = floor(n * {scale}) but ONNX Resize '
+                             f'{bad[2]} (float32 scale); use recompute_scale_factor=True, '
+                             f'size=..., or {fixed}')
+        if args.mode == 'nearest-exact':
+            d = nearest_exact_tie(scale)
+            if d is not None:
+                raise ValueError(
+                    f'{where} cannot be exported: output index {d} maps to the source '
+                    f'coordinate (d + 0.5) / {scale} = {(d + 0.5) / scale:.9g}, at a rounding '
+                    'tie, where the float32 order of operations decides the index (PyTorch '
+                    'multiplies by 1/scale, ONNX runtimes divide); use a power-of-two scale, '
+                    f'a scale without ties (e.g. 3), or {fixed}')
+        if args.mode == 'nearest':
+            from ..ops.reference import nearest_indices
+            exact = False
+            n = DYNAMIC_SIZE_LIMIT
+            out = geo.upsample_output_size(n, scale)
+            torch_idx = nearest_indices(n, out, scale, exact)
+            onnx_idx = onnx_nearest_indices(n, out, scale, exact)
+            if not np.array_equal(torch_idx, onnx_idx):
+                d = int(np.flatnonzero(torch_idx != onnx_idx)[0])
+                raise ValueError(f'{where} cannot be exported: at output index {d} '
+                                 f'PyTorch reads source {torch_idx[d]} (float32 '
+                                 f'arithmetic), ONNX Resize {onnx_idx[d]}; use another '
+                                 f'scale, mode="nearest-exact", or {fixed}')
 
 
 def pool_attributes(kernel: Sequence[int], stride: Sequence[int], padding: str,
@@ -164,6 +330,7 @@ def _opset(version: int):
 
 def translation_table(opset: int) -> Dict[object, object]:
     """``custom_translation_table`` for ``torch.onnx.export(dynamo=True)`` at ``opset``."""
+    import onnx
     op = _opset(opset)
 
     def spatial_sizes(x, out_size):
@@ -183,6 +350,20 @@ def translation_table(opset: int) -> Dict[object, object]:
             return op.Resize(x, None, scales, None, **attrs)
         return op.Resize(x, None, None, spatial_sizes(x, out_size), **attrs)
 
+    def upsample_by_scale(x, scale_factor, onnx_scales, map_with_scale, mode, align_corners,
+                          antialias):
+        attrs = resize_attributes(mode, align_corners == 1, bool(antialias), opset)
+        if map_with_scale:
+            scales = op.Constant(value_floats=[1.0, 1.0] + [float(v) for v in onnx_scales])
+            return op.Resize(x, None, scales, None, **attrs)
+        # floor(in * scale) in double precision, as PyTorch computes it
+        hw = op.Cast(op.Shape(x, start=2, end=4), to=onnx.TensorProto.DOUBLE)
+        factors = op.Constant(value=onnx.helper.make_tensor(
+            'scale_factor', onnx.TensorProto.DOUBLE, [2], [float(v) for v in scale_factor]))
+        out_hw = op.Cast(op.Floor(op.Mul(hw, factors)), to=onnx.TensorProto.INT64)
+        sizes = op.Concat(op.Shape(x, start=0, end=2), out_hw, axis=0)
+        return op.Resize(x, None, None, sizes, **attrs)
+
     def max_pool(x, kernel, stride, padding, pads, dilation, ceil_mode):
         attrs = pool_attributes(kernel, stride, padding, pads, ceil_mode, dilation)
         values, _ = op.MaxPool(x, **attrs)  # the unused indices output is pruned
@@ -197,35 +378,60 @@ def translation_table(opset: int) -> Dict[object, object]:
 
     from . import ops as _registers_custom_ops  # noqa: F401
     ops = torch.ops.mmseg_cann
-    return {ops.upsample.default: upsample, ops.max_pool2d.default: max_pool,
+    return {ops.upsample.default: upsample,
+            ops.upsample_by_scale.default: upsample_by_scale, ops.max_pool2d.default: max_pool,
             ops.avg_pool2d.default: avg_pool, ops.adaptive_avg_pool2d.default: adaptive}
 
 
 def adaptive_avg_pool(op, opset: int, x, in_size, out_size):
     """Adaptive average pooling as ONNX nodes.
 
-    ``GlobalAveragePool`` for output (1, 1); ``AveragePool`` with kernel = stride =
-    ``in / out`` when both axes divide evenly (PyTorch's bins are then these windows);
-    otherwise ``MatMul`` with constant bin-averaging matrices, ``A_h @ x @ A_w^T`` (the
-    same means up to float32 rounding of ``1 / count``). Needs static input sizes unless
-    the output is (1, 1).
+    ``GlobalAveragePool`` for output (1, 1); with static input sizes, ``AveragePool``
+    with kernel = stride = ``in / out`` when both axes divide evenly (PyTorch's bins are
+    then these windows); otherwise ``MatMul`` with bin-averaging matrices,
+    ``A_h @ x @ A_w^T`` (the same means up to float32 rounding of ``1 / count``):
+    constants for a static axis, built in the graph from the runtime size for a dynamic
+    one (``in_size`` -1, see :func:`bin_matrix_nodes`).
     """
     out_h, out_w = (int(v) for v in out_size)
     if (out_h, out_w) == (1, 1):
         return op.GlobalAveragePool(x)
-    if not all(isinstance(v, int) for v in in_size):
-        raise ValueError(f'adaptive average pooling to {tuple(out_size)} needs a static '
-                         'input size to be exported (its bins depend on it); export with '
-                         'fixed shapes, or use output size 1')
     in_h, in_w = (int(v) for v in in_size)
-    if in_h % out_h == 0 and in_w % out_w == 0:
+    static = in_h > 0 and in_w > 0
+    if static and in_h % out_h == 0 and in_w % out_w == 0:
         kernel = [in_h // out_h, in_w // out_w]
         return op.AveragePool(x, kernel_shape=kernel, strides=kernel)
     # (out_h, in_h) @ x @ (in_w, out_w): row k of a matrix averages bin k
     from onnx.numpy_helper import from_array
-    rows = op.Constant(value=from_array(_bin_matrix(in_h, out_h)))
-    cols = op.Constant(value=from_array(np.ascontiguousarray(_bin_matrix(in_w, out_w).T)))
+    if in_h > 0:
+        rows = op.Constant(value=from_array(_bin_matrix(in_h, out_h)))
+    else:
+        rows = bin_matrix_nodes(op, x, 2, out_h)
+    if in_w > 0:
+        cols = op.Constant(value=from_array(np.ascontiguousarray(_bin_matrix(in_w, out_w).T)))
+    else:
+        cols = op.Transpose(bin_matrix_nodes(op, x, 3, out_w), perm=[1, 0])
     return op.MatMul(op.MatMul(rows, x), cols)
+
+
+def bin_matrix_nodes(op, x, axis: int, n_out: int):
+    """ONNX nodes for the ``(n_out, n)`` bin-averaging matrix of ``x``'s runtime size
+    ``n`` along ``axis``: row ``i`` is ``1 / (end - start)`` on input
+    ``[start, end)``, ``start = floor(i * n / n_out)``, ``end = ceil((i + 1) * n / n_out)``
+    (:func:`mmseg_cann.ops.geometry.adaptive_bin`, in int64 arithmetic; ``Div`` of
+    non-negative integers is floor division)."""
+    n = op.Shape(x, start=axis, end=axis + 1)                      # [1] int64
+    i = op.Constant(value_ints=list(range(n_out)))
+    i = op.Unsqueeze(i, op.Constant(value_ints=[1]))               # [n_out, 1]
+    k = op.Constant(value_ints=[n_out])
+    start = op.Div(op.Mul(i, n), k)
+    end = op.Div(op.Sub(op.Add(op.Mul(op.Add(i, op.Constant(value_ints=[1])), n), k),
+                        op.Constant(value_ints=[1])), k)
+    j = op.Range(op.Constant(value_int=0), op.Squeeze(n, op.Constant(value_ints=[0])),
+                 op.Constant(value_int=1))                         # [n]
+    inside = op.And(op.GreaterOrEqual(j, start), op.Less(j, end))  # [n_out, n]
+    count = op.CastLike(op.Sub(end, start), x)
+    return op.Div(op.CastLike(inside, x), count)
 
 
 def _bin_matrix(n_in: int, n_out: int):

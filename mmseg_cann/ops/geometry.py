@@ -16,6 +16,14 @@ Conventions follow PyTorch (``torch.nn.functional``):
   ONNX ``auto_pad``: output ``ceil(in / s)``, total padding
   ``max((out - 1) * s + d*(k-1) + 1 - in, 0)``, the odd cell at the end (upper) or at
   the start (lower).
+
+Sizes may be symbolic (``torch.SymInt`` while ``torch.export`` traces with dynamic
+shapes): the size rules below then build symbolic expressions and never call ``int()``
+or ``bool()`` on a symbolic size (that would specialise it to the traced value). Where
+a rule's outcome depends on the concrete size (PyTorch's ``ceil_mode`` window drop, a
+size check that has to compare), the symbolic path builds a symbolic choice
+(``torch.sym_ite``) or skips a check that only catches empty outputs; the ONNX export
+refuses what ONNX cannot express for every size.
 """
 from __future__ import annotations
 
@@ -41,9 +49,29 @@ Pair = Tuple[int, int]
 # ----------------------------------------------------------------------------------
 # small argument helpers
 # ----------------------------------------------------------------------------------
+def is_symbolic(value) -> bool:
+    """Whether ``value`` is a symbolic size (``torch.SymInt``, dynamic-shape tracing)."""
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return False
+    import torch
+    return isinstance(value, torch.SymInt)
+
+
+def any_symbolic(values) -> bool:
+    """Whether any of ``values`` is a symbolic size."""
+    return any(is_symbolic(v) for v in values)
+
+
+def size_value(value):
+    """A size as a Python int, or unchanged when it is symbolic (no specialisation)."""
+    return value if is_symbolic(value) else int(value)
+
+
 def _is_int(value) -> bool:
     if isinstance(value, bool):
         return False
+    if is_symbolic(value):
+        return True  # operator.index() would specialise it
     try:
         operator.index(value)
     except TypeError:
@@ -55,7 +83,7 @@ def _to_int(value, name: str) -> int:
     if not _is_int(value):
         raise TypeError(f'{name} must be an integer, got {value!r} '
                         f'({type(value).__name__})')
-    return operator.index(value)
+    return value if is_symbolic(value) else operator.index(value)
 
 
 def int_pair(value, name: str, *, minimum: Optional[int] = None) -> Pair:
@@ -65,7 +93,7 @@ def int_pair(value, name: str, *, minimum: Optional[int] = None) -> Pair:
     value below ``minimum``.
     """
     if _is_int(value):
-        items = (operator.index(value),) * 2
+        items = (_to_int(value, name),) * 2
     elif isinstance(value, (tuple, list)) or _is_size_like(value):
         values = list(value)
         if len(values) == 1:
@@ -77,7 +105,7 @@ def int_pair(value, name: str, *, minimum: Optional[int] = None) -> Pair:
     else:
         raise TypeError(f'{name} must be an int or a sequence of 2 ints, '
                         f'got {value!r} ({type(value).__name__})')
-    if minimum is not None and min(items) < minimum:
+    if minimum is not None and any(not is_symbolic(v) and v < minimum for v in items):
         raise ValueError(f'{name} must be >= {minimum}, got {value!r}')
     return items  # type: ignore[return-value]
 
@@ -195,29 +223,51 @@ class UpsampleSpec:
 
 
 def upsample_output_size(in_size: int, scale: float) -> int:
-    """``floor(in * scale)`` computed in double precision, as PyTorch does."""
+    """``floor(in * scale)`` computed in double precision, as PyTorch does.
+
+    A symbolic ``in_size`` gives a symbolic size: ``in * k`` for an integral scale
+    ``k`` (exact, and provably equal to other ``k * n`` sizes), else ``floor(in * scale)``.
+    """
+    if is_symbolic(in_size):
+        if float(scale).is_integer():
+            return in_size * int(scale)
+        return math.floor(in_size * scale)
     return math.floor(float(in_size) * scale)
+
+
+def scale_keeps_size(scale: float, min_size: int = 1) -> Optional[bool]:
+    """Whether ``floor(n * scale) == n`` for every size ``n >= min_size`` (True), for
+    none of them (False), or only for some (None: the answer depends on the size).
+
+    ``scale == 1`` keeps every size, ``scale < 1`` shrinks every size and so does
+    ``scale >= 1 + 1 / min_size`` grow every size; in between, small sizes are kept.
+    """
+    if scale == 1.0:
+        return True
+    if scale < 1.0 or scale * min_size >= min_size + 1:
+        return False
+    return None
 
 
 def upsample_spec(in_size: Sequence[int], args: UpsampleArgs) -> UpsampleSpec:
     """Resolve output sizes and kernel scales for an input of spatial size ``in_size``."""
-    in_hw = (int(in_size[0]), int(in_size[1]))
+    in_hw = (size_value(in_size[0]), size_value(in_size[1]))
     if args.size is not None:
         return UpsampleSpec(args, in_hw, args.size, (None, None))
     scales = args.scale_factor
     out = tuple(upsample_output_size(i, s) for i, s in zip(in_hw, scales))
-    if min(out) < 1:
+    if any(not is_symbolic(o) and o < 1 for o in out):
         raise ValueError(f'scale_factor={scales} gives an empty output {out} for input '
                          f'size {in_hw}; the output size floor(in * scale) must be >= 1')
     if args.recompute_scale_factor or args.mode == 'area':
         kernel_scales = (None, None)
     else:
-        kernel_scales = tuple(None if _axis_copied(args, i, o) else s
+        kernel_scales = tuple(None if _axis_copied(args, i, o, s) else s
                               for i, o, s in zip(in_hw, out, scales))
     return UpsampleSpec(args, in_hw, out, kernel_scales)  # type: ignore[arg-type]
 
 
-def _axis_copied(args: UpsampleArgs, in_size: int, out_size: int) -> bool:
+def _axis_copied(args: UpsampleArgs, in_size: int, out_size: int, scale: float) -> bool:
     """Whether PyTorch copies an axis whose size does not change, ignoring the scale.
 
     PyTorch's CPU kernels for bilinear (with or without antialiasing) and antialiased
@@ -225,8 +275,13 @@ def _axis_copied(args: UpsampleArgs, in_size: int, out_size: int) -> bool:
     scale; legacy nearest shortcuts ``out == in`` (see ``reference.nearest_indices``);
     plain bicubic and nearest-exact map such an axis with ``1 / scale`` like any other.
     """
-    return in_size == out_size and (
-        args.mode == 'bilinear' or (args.mode == 'bicubic' and args.antialias))
+    copies = args.mode == 'bilinear' or (args.mode == 'bicubic' and args.antialias)
+    if is_symbolic(in_size) or is_symbolic(out_size):
+        # decided by the scale alone where it can be (scale 1); a size-dependent answer
+        # (1 < scale < 2) keeps the scale: the ONNX export refuses such scales, see
+        # mmseg_cann.onnx.translation.check_dynamic_upsample
+        return copies and scale_keeps_size(scale) is True
+    return in_size == out_size and copies
 
 
 def coordinate_scale(in_size: int, out_size: int, align_corners: bool,
@@ -349,16 +404,41 @@ def pool_output_size(in_size: int, kernel: int, stride: int, pad: int, dilation:
     numerator = in_size + 2 * pad - effective_kernel(kernel, dilation) + (
         stride - 1 if ceil_mode else 0)
     out = numerator // stride + 1
+    if ceil_mode and is_symbolic(in_size):
+        if not ceil_mode_may_drop(kernel, stride, pad, dilation):
+            return out
+        # size-dependent: a symbolic choice, no guard (the ONNX export refuses it)
+        import torch
+        return torch.sym_ite((out - 1) * stride >= in_size + pad, out - 1, out)
     if ceil_mode and (out - 1) * stride >= in_size + pad:
         out -= 1  # the last window must start inside the input or the left padding
     return out
+
+
+def ceil_mode_may_drop(kernel: int, stride: int, pad_end: int, dilation: int = 1) -> bool:
+    """Whether ``ceil_mode``'s last window can start in the end padding for some input
+    size (PyTorch then drops it; ONNX's ``ceil_mode`` output size keeps it).
+
+    The ceil-mode window count is ``ceil((n + pb + pe - ek) / s) + 1``, so the last
+    window starts at most ``n + pe - ek + s - 1`` (input coordinates): inside the input
+    for every ``n`` exactly when ``pe <= ek - s``. Independent of ``n`` and of the
+    begin padding: decidable for a dynamic size.
+    """
+    return pad_end >= effective_kernel(kernel, dilation) - stride + 1
 
 
 def same_padding(in_size: int, kernel: int, stride: int, dilation: int,
                  lower: bool) -> Tuple[int, int, int]:
     """ONNX ``auto_pad`` SAME: returns ``(pad_begin, pad_end, out)`` for one axis."""
     out = -(-in_size // stride)
-    total = max((out - 1) * stride + effective_kernel(kernel, dilation) - in_size, 0)
+    total = (out - 1) * stride + effective_kernel(kernel, dilation) - in_size
+    if is_symbolic(in_size):
+        # total >= ek - s: never negative when the kernel spans the stride
+        if effective_kernel(kernel, dilation) < stride:
+            import torch
+            total = torch.sym_max(total, 0)
+    else:
+        total = max(total, 0)
     small, large = total // 2, total - total // 2
     return (large, small, out) if lower else (small, large, out)
 
@@ -391,7 +471,7 @@ def check_pool_args(kernel_size, stride=None, padding=0, dilation=1,
 
 def pool_spec(in_size: Sequence[int], args: PoolArgs) -> PoolSpec:
     """Resolve padding and output size of a pooling grid for ``in_size`` (H, W)."""
-    in_hw = (int(in_size[0]), int(in_size[1]))
+    in_hw = (size_value(in_size[0]), size_value(in_size[1]))
     begin, end, out = [], [], []
     for axis in range(2):
         n, k, s, d = in_hw[axis], args.kernel[axis], args.stride[axis], args.dilation[axis]
@@ -399,14 +479,14 @@ def pool_spec(in_size: Sequence[int], args: PoolArgs) -> PoolSpec:
             b, e, o = same_padding(n, k, s, d, lower=args.padding == 'same_lower')
         else:
             p = 0 if args.padding == 'valid' else args.padding[axis]  # type: ignore[index]
-            if n + 2 * p < effective_kernel(k, d):
+            if not is_symbolic(n) and n + 2 * p < effective_kernel(k, d):
                 raise ValueError(
                     f'kernel_size={args.kernel} with dilation={args.dilation} is larger '
                     f'than the padded input {tuple(i + 2 * q for i, q in zip(in_hw, [p, p]))} '
                     f'(input {in_hw}, padding {p}); the output would be empty')
             b = e = p
             o = pool_output_size(n, k, s, p, d, args.ceil_mode)
-        if o < 1:
+        if not is_symbolic(o) and o < 1:
             raise ValueError(f'pooling input {in_hw} with kernel_size={args.kernel}, '
                              f'stride={args.stride}, padding={args.padding!r} gives an '
                              f'empty output')
@@ -455,7 +535,7 @@ def adaptive_output_size(in_size: Sequence[int], output_size) -> Pair:
     result = []
     for v, n in zip(values, in_size):
         if v is None:
-            result.append(int(n))
+            result.append(size_value(n))
             continue
         v = _to_int(v, 'output_size')
         if v < 1:

@@ -34,6 +34,7 @@ def check_input(input, name: str, *, ranks: Sequence[int], integer_dtypes=()) ->
         hint = '' if integer_dtypes else '; cast integer inputs to a floating dtype first'
         raise TypeError(f'{name}: input dtype {input.dtype} is not supported; accepted '
                         f'dtypes: {", ".join(accepted)}{hint}')
-    if min(input.shape[-3:]) == 0:
+    # symbolic sizes (dynamic-shape export) are not compared: that would specialise them
+    if any(isinstance(d, int) and d == 0 for d in input.shape[-3:]):
         raise ValueError(f'{name}: channel and spatial dimensions must be non-empty, got '
                          f'shape {tuple(input.shape)} (only the batch dimension may be 0)')

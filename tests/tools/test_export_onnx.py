@@ -54,6 +54,42 @@ def test_shipped_drive_unet_export_verified(tmp_path):
     assert 'sizes=[1,2,64,64]' in text and 'scales=' not in text
 
 
+def _dynamic_verified(text, traced, others):
+    assert 'dynamic shape' in text and 'onnx.checker: ok' in text
+    assert 'verification passed' in text
+    for shape in [traced] + others:
+        assert text.count(f'input {shape}: max abs error') == 2, shape
+    assert text.count('argmax agreement 100.0000%') == 2 * (1 + len(others))
+    # every Resize gets its sizes from the runtime shape (or scales): none baked in
+    assert 'sizes=[' not in text
+
+
+@pytest.mark.slow
+def test_shipped_cityscapes_pspnet_dynamic_export_verified(tmp_path):
+    out = tmp_path / 'psp_dynamic.onnx'
+    result = run_python(['tools/export_onnx.py', SHIPPED_PSPNET, '--shape', '64', '128',
+                         '--out', str(out), '--dynamic', '--verify', '--cfg-options',
+                         'model.backbone.depth=18', 'model.decode_head.in_channels=512',
+                         'model.auxiliary_head.in_channels=256'], timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    _no_download(result.stdout + result.stderr)
+    # default sizes: 96x96 (batch 2; 12x12 feature map) and 80x176 (10x22: the pyramid
+    # bins 3 and 6 do not divide it)
+    _dynamic_verified(result.stdout, (1, 3, 64, 128), [(2, 3, 96, 96), (1, 3, 80, 176)])
+    assert 'GlobalAveragePool' in result.stdout and 'MaxPool' in result.stdout
+
+
+@pytest.mark.slow
+def test_shipped_drive_unet_dynamic_export_verified(tmp_path):
+    out = tmp_path / 'unet_dynamic.onnx'
+    result = run_python(['tools/export_onnx.py', SHIPPED_UNET, '--shape', '64', '64',
+                         '--out', str(out), '--dynamic', '--verify', '--verify-shape',
+                         '48', '80', '--verify-shape', '112', '32'], timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    _dynamic_verified(result.stdout, (1, 3, 64, 64), [(1, 3, 48, 80), (1, 3, 112, 32)])
+    assert result.stdout.count('MaxPool ') == 4
+
+
 @pytest.fixture
 def tool(monkeypatch):
     """tools/export_onnx.py imported in-process."""
@@ -105,12 +141,42 @@ def test_tool_simplify_keeps_exact_graph(tool, tmp_path, monkeypatch, capsys):
     assert 'Resize' in nodes(text)[0] and 'kernel_shape=[2, 2]' in nodes(text)[1]
 
 
-def test_tool_dynamic_refusal_exits_2(tool, tmp_path, monkeypatch, capsys):
+def test_tool_dynamic_export_verified_at_other_sizes(tool, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(tool, 'build_model', _tiny_model)
+    args = ['unused.py', '--shape', '12', '20', '--out', str(tmp_path / 'tiny.onnx'),
+            '--dynamic', '--verify', '--verify-shape', '7', '9', '--verify-shape', '16', '5']
+    assert tool.main(args) == 0
+    text = capsys.readouterr().out
+    assert 'dynamic shape' in text and 'verification passed' in text
+    # symbolic batch, height and width; three sizes verified, two inputs each
+    dims = [line for line in text.splitlines() if line.startswith('dynamic input dims')]
+    assert len(dims) == 1 and dims[0].count("'s") == 3, dims
+    for shape in ('(1, 3, 12, 20)', '(1, 3, 7, 9)', '(1, 3, 16, 5)'):
+        assert text.count(f'input {shape}: max abs error') == 2, shape
+    # default verification sizes: another batch and both sizes changed
+    assert tool.dynamic_verification_shapes(64, 128) == [(2, 3, 96, 96), (1, 3, 80, 176)]
+
+
+def _nearest_resize_model(*args, **kwargs):
+    import torch
+
+    from mmseg_cann.ops import upsample
+
+    class ResizeToHalfInput(torch.nn.Module):
+        def forward(self, x):
+            return upsample(x, size=(x.shape[2] // 2, x.shape[3] // 2), mode='nearest')
+    return ResizeToHalfInput().eval()
+
+
+def test_tool_dynamic_refusal_exits_2(tool, tmp_path, monkeypatch, capsys):
+    # legacy nearest mapped with in/out: PyTorch's float32 index is size-dependent
+    monkeypatch.setattr(tool, 'build_model', _nearest_resize_model)
     args = ['unused.py', '--shape', '12', '20', '--out', str(tmp_path / 'tiny.onnx'),
             '--dynamic']
     assert tool.main(args) == 2
-    assert 'dynamic height/width export is not supported' in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert 'export failed' in err and 'float32 ratio in/out' in err
+    assert tool.main(args[:-1]) == 0  # the fixed-shape export of the same model works
 
 
 def test_no_pretrained_without_checkpoint(tool):
@@ -125,8 +191,13 @@ def test_no_pretrained_without_checkpoint(tool):
 def test_dynamic_export_refuses_specialised_graph():
     import torch
 
-    from mmseg_cann import CANNUpsample
+    from mmseg_cann.ops import upsample
     from mmseg_cann.onnx import export_onnx
-    model = torch.nn.Sequential(CANNUpsample(scale_factor=2, mode='bilinear'))
-    with pytest.raises(ValueError, match='dynamic height/width export is not supported'):
-        export_onnx(model, torch.randn(1, 2, 8, 8), dynamic=True)
+
+    class ForcesWidth(torch.nn.Module):
+        """int() of a size outside the CANN ops pins the traced width."""
+
+        def forward(self, x):
+            return upsample(x, size=(x.shape[2], int(x.shape[3]) + 1), mode='bilinear')
+    with pytest.raises(ValueError, match='came out with fixed width'):
+        export_onnx(ForcesWidth(), torch.randn(1, 2, 8, 8), dynamic=True)
