@@ -2,8 +2,9 @@
 
 ``upsample_add``
     Bilinear upsampling of float32 NCHW CPU tensors runs the numba kernel of
-    :mod:`.numba_cpu`: one pass that writes ``other + upsample(input)`` into the output,
-    bit-identical to PyTorch's result (its arithmetic, fused multiply-adds included).
+    :mod:`.numba_cpu`: one pass that writes ``other + upsample(input)`` into the output
+    with PyTorch's arithmetic (fused multiply-adds included): bit-identical on
+    decoder-sized outputs, within the last bit of the interpolation on narrow ones.
     Otherwise: upsamples into a fresh tensor with PyTorch's own kernel and adds the
     lateral in place (bit for bit the unfused values; the saving is the second
     full-size allocation: on CPU a fresh tensor is filled at about a third of copy
@@ -127,9 +128,9 @@ def upsample_argmax(logits: torch.Tensor, spec: geo.UpsampleSpec) -> torch.Tenso
     out = torch.empty((n, H, W), dtype=torch.int64, device=logits.device)
     if n == 0:
         return out
-    if _numba_kernel_applies(spec, logits.contiguous()):
-        numba_cpu.upsample_argmax_into(logits.contiguous().numpy(), out.numpy(),
-                                       *_numpy_taps(spec))
+    dense = logits.contiguous()  # a copy only for channels_last (low resolution)
+    if _numba_kernel_applies(spec, dense):
+        numba_cpu.upsample_argmax_into(dense.numpy(), out.numpy(), *_numpy_taps(spec))
         return out
     big = n * c * H * W >= COMPILE_MIN_ELEMENTS
     rows = _band_rows(n, c, h, w, H, W, logits.element_size()) if big else H

@@ -98,6 +98,21 @@ def test_argmax_nan_rule_without_bit_identity():
     assert bool(nan_pixels.any()) and bool((got[nan_pixels] == 3).all())
 
 
+def test_leaves_that_require_grad_under_no_grad():
+    """Under no_grad nothing is tracked, so the fused kernels run on such tensors too."""
+    x = make_input((1, 3, 8, 8)).requires_grad_()
+    other = make_input((1, 3, 32, 32), seed=1).requires_grad_()
+    with torch.no_grad():
+        got = upsample_add(x, other)
+        labels = upsample_argmax(x, (32, 32))
+        want = other + F.interpolate(x, (32, 32), mode='bilinear')
+        want_labels = F.interpolate(x, (32, 32), mode='bilinear').argmax(1)
+    assert not got.requires_grad
+    eps = torch.finfo(torch.float32).eps
+    assert torch.all((got - want).abs() <= 4 * eps * x.abs().max() + eps * want.abs())
+    assert torch.equal(labels, want_labels) or bool((labels != want_labels).sum() <= 2)
+
+
 def test_kernel_follows_torch_thread_count():
     import numba
     previous = torch.get_num_threads()
