@@ -38,6 +38,7 @@ import torch
 
 from ..ops import geometry as geo
 from ..ops import reference as ref
+from ..utils import record_fallback
 from . import native, numba_cpu
 
 #: run the numba CPU kernels (:mod:`.numba_cpu`) where they apply; False forces the
@@ -56,7 +57,7 @@ BAND_MAX_BYTES = 24 << 20
 def upsample_add(input: torch.Tensor, other: torch.Tensor,
                  spec: geo.UpsampleSpec) -> torch.Tensor:
     """``other + upsample(input)`` written with one full-size allocation (not differentiable)."""
-    if _numba_kernel_applies(spec, input, other) and all(
+    if _numba_kernel_applies('upsample_add', spec, input, other) and all(
             o >= i for i, o in zip(spec.in_size, spec.out_size)):
         out = torch.empty_like(other, memory_format=torch.contiguous_format)
         numba_cpu.upsample_add_into(input.numpy(), other.numpy(), out.numpy(),
@@ -65,14 +66,22 @@ def upsample_add(input: torch.Tensor, other: torch.Tensor,
     return native.upsample(input, spec).add_(other)
 
 
-def _numba_kernel_applies(spec: geo.UpsampleSpec, *tensors: torch.Tensor) -> bool:
+def _numba_kernel_applies(op: str, spec: geo.UpsampleSpec, *tensors: torch.Tensor) -> bool:
     """Whether :mod:`.numba_cpu` runs this call: bilinear, C-contiguous NCHW float32 CPU
     tensors (PyTorch computes float64 coordinates for float64 input; the taps here are
-    float32), numba installed and not switched off (:data:`USE_NUMBA`)."""
-    return (USE_NUMBA and spec.mode == 'bilinear' and not spec.antialias
+    float32), numba installed and not switched off (:data:`USE_NUMBA`), and not a child
+    forked after the kernels ran (:func:`numba_cpu.forked_after_use`, counted as a
+    fallback)."""
+    if not (USE_NUMBA and spec.mode == 'bilinear' and not spec.antialias
             and all(t.device.type == 'cpu' and t.dtype == torch.float32
                     and t.is_contiguous() for t in tensors)
-            and numba_cpu.available())
+            and numba_cpu.available()):
+        return False
+    if numba_cpu.forked_after_use():
+        record_fallback(op, 'numba kernels are not used in a process forked after '
+                        'they ran (GNU OpenMP is not fork-safe); the torch path runs')
+        return False
+    return True
 
 
 def _numpy_taps(spec: geo.UpsampleSpec):
@@ -129,7 +138,7 @@ def upsample_argmax(logits: torch.Tensor, spec: geo.UpsampleSpec) -> torch.Tenso
     if n == 0:
         return out
     dense = logits.contiguous()  # a copy only for channels_last (low resolution)
-    if _numba_kernel_applies(spec, dense):
+    if _numba_kernel_applies('upsample_argmax', spec, dense):
         numba_cpu.upsample_argmax_into(dense.numpy(), out.numpy(), *_numpy_taps(spec))
         return out
     big = n * c * H * W >= COMPILE_MIN_ELEMENTS

@@ -34,6 +34,7 @@ this file, or numba's user cache directory where that is not writable).
 """
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 import numpy as np
@@ -50,6 +51,24 @@ def available() -> bool:
     except ImportError:
         return False
     return True
+
+
+#: the process whose numba kernels started a thread pool, and that pool's threading layer
+_pool = {'pid': None, 'layer': None}
+
+
+def forked_after_use() -> bool:
+    """Whether this process was forked from one whose numba kernels already ran on the
+    GNU OpenMP threading layer: GNU OpenMP is not fork-safe, and numba then terminates
+    the child at its first parallel kernel ("fork() called from a process already
+    using GNU OpenMP"). The callers fall back to the torch paths there."""
+    return (_pool['pid'] is not None and _pool['pid'] != os.getpid()
+            and _pool['layer'] == 'omp')
+
+
+def _note_pool(numba) -> None:
+    if _pool['pid'] != os.getpid():
+        _pool['pid'], _pool['layer'] = os.getpid(), numba.threading_layer()
 
 
 def chunk_rows(h: int, H: int, bytes_per_low_row: int, n_parallel: int, threads: int) -> int:
@@ -217,6 +236,7 @@ def upsample_add_into(x: np.ndarray, other: np.ndarray, out: np.ndarray, row_tap
     needed = int((i1[np.minimum(starts + rows, H) - 1] - i0[starts]).max()) + 1
     work = torch.empty((threads, needed, 1, W), dtype=torch.float32).numpy()
     add(x, other, out, *row_taps, column_taps(*col_taps), rows, work)
+    _note_pool(numba)
 
 
 def upsample_argmax_into(x: np.ndarray, out: np.ndarray, row_taps, col_taps) -> None:
@@ -233,3 +253,4 @@ def upsample_argmax_into(x: np.ndarray, out: np.ndarray, row_taps, col_taps) -> 
     work_best = torch.empty((threads, 2, W), dtype=torch.float32).numpy()
     work_label = torch.empty((threads, 2, W), dtype=torch.int32).numpy()
     argmax(x, out, *row_taps, column_taps(*col_taps), rows, work, work_best, work_label)
+    _note_pool(numba)

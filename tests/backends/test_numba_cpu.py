@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from mmseg_cann.backends import fused as fused_backend
 from mmseg_cann.backends import numba_cpu
 from mmseg_cann.ops.fused import upsample_add, upsample_argmax
-from tests.conftest import make_input
+from tests.conftest import make_input, run_python
 
 pytestmark = pytest.mark.skipif(not numba_cpu.available(), reason='numba is not installed')
 
@@ -113,6 +113,35 @@ def test_leaves_that_require_grad_under_no_grad():
     assert torch.equal(labels, want_labels) or bool((labels != want_labels).sum() <= 2)
 
 
+FORK_SCRIPT = """
+import os, torch, torch.nn.functional as F
+from mmseg_cann.ops.fused import upsample_argmax
+from mmseg_cann.utils import fallback_counts
+x = torch.randn(1, 5, 16, 16)
+upsample_argmax(x, (64, 64))  # the kernels' thread pool starts in the parent
+pid = os.fork()
+if pid == 0:
+    torch.set_num_threads(1)  # what a forked worker must do for torch itself (DataLoader)
+    labels = upsample_argmax(x, (64, 64))
+    want = F.interpolate(x, (64, 64), mode='bilinear').argmax(1)
+    took_torch_path = any(op == 'upsample_argmax' for op, _ in fallback_counts())
+    os._exit(0 if took_torch_path and int((labels != want).sum()) <= 2 else 3)
+_, status = os.waitpid(pid, 0)
+print('child status', status)
+"""
+
+
+def test_forked_child_takes_the_torch_path():
+    """GNU OpenMP is not fork-safe: numba terminates a child that runs a parallel kernel
+    after its parent did, even on one thread. The fused ops then take the torch path
+    (counted), which works in a child on one thread (torch's own parallel ops hang in a
+    forked child that keeps several threads, so forked workers set one, as PyTorch's
+    DataLoader does)."""
+    result = run_python(['-c', FORK_SCRIPT], timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert 'child status 0' in result.stdout, result.stdout + result.stderr[-2000:]
+
+
 def test_kernel_follows_torch_thread_count():
     import numba
     previous = torch.get_num_threads()
@@ -142,8 +171,9 @@ def test_kernel_applies_only_to_contiguous_float32(dtype, layout):
     x = make_input((1, 3, 4, 4), dtype, layout)
     spec = fused_backend.geo.upsample_spec((4, 4), fused_backend.geo.check_upsample_args(
         size=(8, 8), mode='bilinear', align_corners=False))
-    assert not fused_backend._numba_kernel_applies(spec, x)
-    assert fused_backend._numba_kernel_applies(spec, x.float().contiguous())
+    assert not fused_backend._numba_kernel_applies('upsample_argmax', spec, x)
+    assert fused_backend._numba_kernel_applies('upsample_argmax', spec,
+                                                x.float().contiguous())
 
 
 @pytest.mark.parametrize('h, H, low_row_bytes, jobs, threads', [

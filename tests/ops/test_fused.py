@@ -41,7 +41,7 @@ def _runs_numba_kernel(setting, x, other):
     spec = geo.upsample_spec(x.shape[-2:], geo.check_upsample_args(
         size=tuple(other.shape[-2:]), mode=setting['mode'],
         align_corners=setting.get('align_corners') if setting['mode'] == 'bilinear' else None))
-    return (fused_backend._numba_kernel_applies(spec, x, other)
+    return (fused_backend._numba_kernel_applies('upsample_add', spec, x, other)
             and all(o >= i for i, o in zip(spec.in_size, spec.out_size)))
 
 
