@@ -57,13 +57,20 @@ BAND_MAX_BYTES = 24 << 20
 def upsample_add(input: torch.Tensor, other: torch.Tensor,
                  spec: geo.UpsampleSpec) -> torch.Tensor:
     """``other + upsample(input)`` written with one full-size allocation (not differentiable)."""
-    if _numba_kernel_applies('upsample_add', spec, input, other) and all(
-            o >= i for i, o in zip(spec.in_size, spec.out_size)):
+    if numba_add_applies(spec, input, other):
         out = torch.empty_like(other, memory_format=torch.contiguous_format)
         numba_cpu.upsample_add_into(input.numpy(), other.numpy(), out.numpy(),
                                     *_numpy_taps(spec))
         return out
     return native.upsample(input, spec).add_(other)
+
+
+def numba_add_applies(spec: geo.UpsampleSpec, input: torch.Tensor,
+                      other: torch.Tensor) -> bool:
+    """Whether ``upsample_add`` runs the numba kernel: :func:`_numba_kernel_applies`, and
+    an upsampling on both axes (the decoder case; the kernel's chunk buffers assume it)."""
+    return (all(o >= i for i, o in zip(spec.in_size, spec.out_size))
+            and _numba_kernel_applies('upsample_add', spec, input, other))
 
 
 def _numba_kernel_applies(op: str, spec: geo.UpsampleSpec, *tensors: torch.Tensor) -> bool:

@@ -20,22 +20,13 @@ from mmseg_cann.onnx import export_onnx  # noqa: E402
 from mmseg_cann.onnx.export import dynamic_dims, run_onnx  # noqa: E402
 from mmseg_cann.onnx.translation import (check_dynamic_upsample,  # noqa: E402
                                          scale_output_size_mismatch)
+from tests.onnx.test_export_ops import Many  # noqa: E402
+from tests.onnx.test_nearest_rule import ort_nearest_indices  # noqa: E402
 
 #: the traced size of every input; the graph is then run at the RUNTIME_SIZES
 TRACED = (5, 7)
 #: runtime (H, W): H or W = 1, coprime, odd, square, larger than traced, tiny
 RUNTIME_SIZES = [(1, 6), (3, 5), (7, 7), (9, 11), (2, 2), (6, 1), (13, 4), (16, 10)]
-
-
-class Many(torch.nn.Module):
-    """Applies module ``i`` to input ``i``: many cases in one exported graph."""
-
-    def __init__(self, modules):
-        super().__init__()
-        self.m = torch.nn.ModuleList(modules)
-
-    def forward(self, *inputs):
-        return tuple(m(x) for m, x in zip(self.m, inputs))
 
 
 class ResizeLike(torch.nn.Module):
@@ -332,25 +323,6 @@ def test_dynamic_fused_ops_export_as_unfused(align_corners):
         assert not ((got_labels != labels.numpy()) & decided).any(), sizes
 
 
-def _ort_nearest_indices_by_scale(n_in, scale, exact_mode):
-    """Source indices onnxruntime reads for ``Resize`` with ``scales`` (a 1-D ramp)."""
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
-
-    from mmseg_cann.onnx.translation import resize_attributes
-    attrs = resize_attributes('nearest-exact' if exact_mode else 'nearest', False, False, 18)
-    scales = helper.make_tensor('scales', TensorProto.FLOAT, [4], [1, 1, 1, scale])
-    node = helper.make_node('Resize', ['x', '', 'scales'], ['y'], **attrs)
-    graph = helper.make_graph(
-        [node], 'g', [helper.make_tensor_value_info('x', TensorProto.FLOAT, [1, 1, 1, n_in])],
-        [helper.make_tensor_value_info('y', TensorProto.FLOAT, None)], [scales])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', 18)])
-    model.ir_version = 9
-    session = ort.InferenceSession(model.SerializeToString(), providers=['CPUExecutionProvider'])
-    ramp = np.arange(n_in, dtype=np.float32).reshape(1, 1, 1, n_in)
-    return session.run(None, {'x': ramp})[0].ravel().astype(np.int64)
-
-
 def test_emulated_scale_nearest_indices_match_onnxruntime():
     """The dynamic legacy-nearest check models onnxruntime's index for ``scales``
     (:func:`onnx_nearest_indices` with a scale, ``floor(d / scale)`` in float32); it
@@ -359,7 +331,7 @@ def test_emulated_scale_nearest_indices_match_onnxruntime():
     for scale in (0.3, 0.6, 1.5, 1.75, 2.5, 3.0, 8.0, 0.15, 4.7):
         for n_in in (7, 40, 333, 2049):
             n_out = geo.upsample_output_size(n_in, scale)
-            got = _ort_nearest_indices_by_scale(n_in, scale, False)
+            got = ort_nearest_indices(n_in, False, scale=scale)
             np.testing.assert_array_equal(onnx_nearest_indices(n_in, n_out, scale, False),
                                           got, err_msg=f'{n_in} x {scale}')
 
@@ -375,7 +347,7 @@ def test_nearest_exact_ties_are_what_differs():
         tie = nearest_exact_tie(scale)
         for n_in in (7, 40, 333, 2049):
             n_out = geo.upsample_output_size(n_in, scale)
-            got = _ort_nearest_indices_by_scale(n_in, scale, True)
+            got = ort_nearest_indices(n_in, True, scale=scale)
             want = nearest_indices(n_in, n_out, scale, True)
             if not np.array_equal(got, want):
                 differing += 1

@@ -12,13 +12,20 @@ from mmseg_cann.onnx.translation import onnx_nearest_indices, resize_attributes
 ort = pytest.importorskip('onnxruntime')
 
 
-def _ort_indices(n_in, n_out, exact_mode):
+def ort_nearest_indices(n_in, exact_mode, *, n_out=None, scale=None):
+    """Source indices onnxruntime reads for a nearest ``Resize`` of a 1-D ramp of
+    ``n_in`` values, to ``n_out`` (``sizes``) or by ``scale`` (``scales``)."""
     attrs = resize_attributes('nearest-exact' if exact_mode else 'nearest', False, False, 18)
-    sizes = helper.make_tensor('sizes', TensorProto.INT64, [4], [1, 1, 1, n_out])
-    node = helper.make_node('Resize', ['x', '', '', 'sizes'], ['y'], **attrs)
+    if scale is not None:
+        shape = helper.make_tensor('scales', TensorProto.FLOAT, [4], [1, 1, 1, scale])
+        inputs = ['x', '', 'scales']
+    else:
+        shape = helper.make_tensor('sizes', TensorProto.INT64, [4], [1, 1, 1, n_out])
+        inputs = ['x', '', '', 'sizes']
+    node = helper.make_node('Resize', inputs, ['y'], **attrs)
     graph = helper.make_graph(
         [node], 'g', [helper.make_tensor_value_info('x', TensorProto.FLOAT, [1, 1, 1, n_in])],
-        [helper.make_tensor_value_info('y', TensorProto.FLOAT, None)], [sizes])
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, None)], [shape])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid('', 18)])
     model.ir_version = 9
     session = ort.InferenceSession(model.SerializeToString(), providers=['CPUExecutionProvider'])
@@ -30,7 +37,7 @@ def _ort_indices(n_in, n_out, exact_mode):
 def test_emulated_onnx_nearest_indices_match_onnxruntime(exact_mode):
     pairs = [(i, o) for i in range(1, 9) for o in range(1, 90, 3)] + [(2, 82), (3, 100)]
     for n_in, n_out in pairs:
-        got = _ort_indices(n_in, n_out, exact_mode)
+        got = ort_nearest_indices(n_in, exact_mode, n_out=n_out)
         np.testing.assert_array_equal(onnx_nearest_indices(n_in, n_out, None, exact_mode), got,
                                       err_msg=f'{n_in} -> {n_out}')
 

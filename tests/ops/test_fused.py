@@ -36,16 +36,14 @@ def _top2_gap(values: torch.Tensor) -> torch.Tensor:
 
 
 def _runs_numba_kernel(setting, x, other):
-    """Whether the fused upsample_add takes the numba kernel (``fused._numba_kernel_applies``
-    plus its upsampling-only condition)."""
+    """Whether the fused upsample_add takes the numba kernel."""
     spec = geo.upsample_spec(x.shape[-2:], geo.check_upsample_args(
         size=tuple(other.shape[-2:]), mode=setting['mode'],
         align_corners=setting.get('align_corners') if setting['mode'] == 'bilinear' else None))
-    return (fused_backend._numba_kernel_applies('upsample_add', spec, x, other)
-            and all(o >= i for i, o in zip(spec.in_size, spec.out_size)))
+    return fused_backend.numba_add_applies(spec, x, other)
 
 
-def _assert_within_interpolation_rounding(got, expected, x):
+def assert_within_interpolation_rounding(got, expected, x):
     """The numba kernel evaluates PyTorch's formula with PyTorch's fused multiply-adds;
     where the compiled PyTorch kernel contracts differently (small, odd shapes), the two
     results differ by the rounding of two lerps: each lerp rounds within ``eps * M``
@@ -69,7 +67,7 @@ def test_upsample_add_matches_unfused_and_reference(setting, layout, dtype):
             got = upsample_add(x, other, backend=backend, **setting)
             assert got.dtype == dtype and got.shape == expected.shape
             if backend != 'native' and _runs_numba_kernel(setting, x, other):
-                _assert_within_interpolation_rounding(got, expected, x)
+                assert_within_interpolation_rounding(got, expected, x)
             else:  # PyTorch's own kernel, then an in-place add: bit for bit
                 assert torch.equal(got, expected), (backend, (h, w), (H, W))
         exact = ref.upsample(x, size=(H, W), **setting) + other.double()
