@@ -60,12 +60,12 @@ def _restore_resize():
 def test_every_dataset_and_variant_is_shipped():
     names = [os.path.basename(c) for c in CONFIGS]
     for algo in ('pspnet_r50-d8', 'deeplabv3plus_r50-d8', 'upernet_r50'):
-        for variant in ('cann', 'cann-amp'):
-            assert f'{algo}_{variant}_4xb2-40k_cityscapes-512x1024.py' in names
+        for schedule in ('40k', 'amp-40k'):
+            assert f'{algo}_cann_4xb2-{schedule}_cityscapes-512x1024.py' in names
     for data in ('drive-64x64', 'stare-128x128', 'chase-db1-128x128', 'hrf-256x256',
                  'synapse-224x224'):
-        for variant in ('cann', 'cann-amp'):
-            assert f'unet-s5-d16_fcn_{variant}_4xb4-40k_{data}.py' in names
+        for schedule in ('40k', 'amp-40k'):
+            assert f'unet-s5-d16_fcn_cann_4xb4-{schedule}_{data}.py' in names
 
 
 @pytest.mark.slow
@@ -78,7 +78,7 @@ def test_config_trains_validates_and_is_converted(config, data_roots, tmp_path):
     assert cfg.custom_imports['imports'] == ['mmseg_cann']
     hooks = [h for h in cfg.custom_hooks if h['type'] == 'CANNOpsHook']
     assert len(hooks) == 1
-    amp = '_cann-amp_' in config
+    amp = '-amp-' in os.path.basename(config)
     assert (cfg.optim_wrapper.type == 'AmpOptimWrapper') == amp
     dataset, size, crop = _dataset_of(config)
     set_data_root(cfg, data_roots[dataset])

@@ -22,7 +22,7 @@ def test_set_data_root_reaches_wrapped_datasets():
 
 
 def test_cpu_optim_wrapper_swap():
-    cfg = load_config('configs/cityscapes/pspnet_r50-d8_cann-amp_4xb2-40k_cityscapes-512x1024.py')
+    cfg = load_config('configs/cityscapes/pspnet_r50-d8_cann_4xb2-amp-40k_cityscapes-512x1024.py')
     assert cfg.optim_wrapper.type == 'AmpOptimWrapper'
     assert use_cpu_optim_wrapper(cfg)
     assert cfg.optim_wrapper.type == 'OptimWrapper' and 'loss_scale' not in cfg.optim_wrapper
