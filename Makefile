@@ -15,7 +15,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export MMCV_WITH_OPS := 1
 export MAX_JOBS ?= 2
 
-.PHONY: env demo test parity clean-env
+.PHONY: env demo test clean-env
 
 env: $(STAMP)
 

@@ -1,22 +1,18 @@
 """Triton pooling kernels and their launchers: max pooling forward (values and PyTorch's
 flat indices) and average pooling with float32 accumulation.
 
-The window grid comes from :class:`mmseg_cann.ops.geometry.PoolSpec` (output size,
-``pad_begin`` including asymmetric SAME padding, dilation); per-axis tables computed on
-the host from the same module give the average divisor factors and max pooling's default
-index (the first in-bounds tap). Kernel sizes are compile-time constants (the tap loops
-unroll). Same device rules as :mod:`.upsample`: 1-D grid sized to the device, loop
-inside, int32 offsets and index loads; NCHW and channels_last through strides.
+The window grid comes from the caller's :class:`mmseg_cann.core.geometry.PoolSpec`
+(output size, ``pad_begin`` including asymmetric SAME padding, dilation); per-axis tables
+the caller computes from the same geometry give the average divisor factors and max
+pooling's default index (the first in-bounds tap): the kernels hold no geometry rules. Kernel sizes are compile-time constants (the tap loops
+unroll). Device rules as in :mod:`._common`.
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from . import interpreter_compat
-from .upsample import BLOCK, _channels_last, _decompose, _loop
-
-interpreter_compat.apply()
+from ._common import BLOCK, channels_last, decompose, loop, output_like
 
 
 @triton.jit
@@ -30,7 +26,7 @@ def max_pool_kernel(x_ptr, out_ptr, idx_ptr, first_h, first_w, total, nprog, ite
     for it in range(0, iters):
         e = (it * nprog + pid) * BLOCK + tl.arange(0, BLOCK)
         mask = e < total
-        n, c, oy, ox = _decompose(e, C, OH, OW, CL)
+        n, c, oy, ox = decompose(e, C, OH, OW, CL)
         base = n * sxn + c * sxc
         best = tl.full((BLOCK,), float('-inf'), tl.float32)
         fy = tl.load(first_h + oy, mask=mask, other=0)
@@ -62,7 +58,7 @@ def avg_pool_kernel(x_ptr, out_ptr, div_h, div_w, total, nprog, iters, C, OH, OW
     for it in range(0, iters):
         e = (it * nprog + pid) * BLOCK + tl.arange(0, BLOCK)
         mask = e < total
-        n, c, oy, ox = _decompose(e, C, OH, OW, CL)
+        n, c, oy, ox = decompose(e, C, OH, OW, CL)
         base = n * sxn + c * sxc
         acc = tl.zeros((BLOCK,), tl.float32)
         for ky in tl.static_range(KH):
@@ -81,52 +77,45 @@ def avg_pool_kernel(x_ptr, out_ptr, div_h, div_w, total, nprog, iters, C, OH, OW
                  (acc / div).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def _output(x, out_hw, dtype=None):
-    import torch
-    fmt = torch.channels_last if _channels_last(x) else torch.contiguous_format
-    return torch.empty((x.shape[0], x.shape[1]) + tuple(out_hw), dtype=dtype or x.dtype,
-                       device=x.device, memory_format=fmt)
+def max_pool2d(x, spec, first_taps):
+    """``(values, indices)`` of max pooling; indices are int64 flat indices into H*W.
 
-
-def max_pool2d(x, spec):
-    """``(values, indices)`` of max pooling; indices are int64 flat indices into H*W."""
+    ``spec`` is a :class:`mmseg_cann.core.geometry.PoolSpec`; ``first_taps`` the per-axis
+    int32 tables of each window's first in-bounds tap (PyTorch's default index), computed
+    by the caller from the same geometry.
+    """
     import torch
-    from mmseg_cann.ops import geometry as geo
-    out = _output(x, spec.out_size)
-    idx = _output(x, spec.out_size, torch.int32)
+    out = output_like(x, spec.out_size)
+    idx = output_like(x, spec.out_size, torch.int32)
     total = out.numel()
     if total:
-        first = [torch.tensor([geo.first_valid_tap(o, spec.in_size[a], spec.stride[a],
-                                                   spec.pad_begin[a], spec.dilation[a])
-                               for o in range(spec.out_size[a])], dtype=torch.int32,
-                              device=x.device) for a in range(2)]
-        grid, nprog, iters = _loop(total, x.device)
+        first = [t.to(x.device, torch.int32) for t in first_taps]
+        grid, nprog, iters = loop(total, x.device)
         max_pool_kernel[grid](
             x, out, idx, *first, total, nprog, iters, x.shape[1], *spec.out_size,
             *spec.in_size, *x.stride(), *out.stride(), SH=spec.stride[0], SW=spec.stride[1],
             PH=spec.pad_begin[0], PW=spec.pad_begin[1], DH=spec.dilation[0],
             DW=spec.dilation[1], KH=spec.kernel[0], KW=spec.kernel[1],
-            CL=_channels_last(x), BLOCK=BLOCK)
+            CL=channels_last(x), BLOCK=BLOCK)
     return out, idx.long()
 
 
-def avg_pool2d(x, spec, count_include_pad=True, divisor_override=None):
-    """Average pooling with float32 accumulation; result in ``x``'s dtype."""
+def avg_pool2d(x, spec, divisors, divisor_override=None):
+    """Average pooling with float32 accumulation; result in ``x``'s dtype.
+
+    ``divisors`` are the per-axis int32 divisor factors of each window (their product is
+    the window's divisor), computed by the caller; ``divisor_override`` replaces them.
+    """
     import torch
-    from mmseg_cann.ops import geometry as geo
-    out = _output(x, spec.out_size)
+    out = output_like(x, spec.out_size)
     total = out.numel()
     if total:
-        divs = [torch.tensor([geo.avg_divisor(o, spec.in_size[a], spec.kernel[a],
-                                              spec.stride[a], spec.pad_begin[a],
-                                              spec.pad_end[a], count_include_pad)
-                              for o in range(spec.out_size[a])], dtype=torch.int32,
-                             device=x.device) for a in range(2)]
-        grid, nprog, iters = _loop(total, x.device)
+        divs = [t.to(x.device, torch.int32) for t in divisors]
+        grid, nprog, iters = loop(total, x.device)
         avg_pool_kernel[grid](
             x, out, *divs, total, nprog, iters, x.shape[1], *spec.out_size, *spec.in_size,
             *x.stride(), *out.stride(), int(divisor_override or 1),
             SH=spec.stride[0], SW=spec.stride[1], PH=spec.pad_begin[0], PW=spec.pad_begin[1],
             KH=spec.kernel[0], KW=spec.kernel[1], OVERRIDE=divisor_override is not None,
-            CL=_channels_last(x), BLOCK=BLOCK)
+            CL=channels_last(x), BLOCK=BLOCK)
     return out

@@ -2,45 +2,20 @@
 fused with an add), fused upsample + argmax, and a deterministic bilinear backward.
 
 Geometry comes from the host: per axis, two source taps ``i0, i1`` (int32) and weights
-``w0, w1`` (float32) computed by :func:`mmseg_cann.backends.fused.linear_taps` (bilinear)
-or :func:`mmseg_cann.ops.reference.nearest_indices` (nearest modes), so the kernels hold
+``w0, w1`` (float32) computed by :func:`mmseg_cann.core.taps.linear_taps` (bilinear)
+or :func:`mmseg_cann.core.reference.nearest_indices` (nearest modes), so the kernels hold
 no coordinate rules of their own. The value of an output pixel is
 ``(x[h0, w0] * ww0 + x[h0, w1] * ww1) * wh0 + (x[h1, w0] * ww0 + x[h1, w1] * ww1) * wh1``
 in float32 (PyTorch's order), rounded once to the input dtype.
 
-Written for triton-ascend as well as GPU Triton (DESIGN.md 2.3): a 1-D grid no larger
-than the device's core count with a loop inside, int32 offsets and index loads only.
-Tensors are addressed through their strides, so NCHW and channels_last both work; the
-flat element order follows the output's layout so that stores are contiguous.
+Written for triton-ascend as well as GPU Triton; device rules in :mod:`._common`.
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from . import interpreter_compat
-
-interpreter_compat.apply()
-BLOCK = 256
-
-
-@triton.jit
-def _decompose(e, C, H, W, CL: tl.constexpr):
-    if CL:
-        c = e % C
-        t = e // C
-        x = t % W
-        t = t // W
-        y = t % H
-        n = t // H
-    else:
-        x = e % W
-        t = e // W
-        y = t % H
-        t = t // H
-        c = t % C
-        n = t // C
-    return n, c, y, x
+from ._common import BLOCK, channels_last, decompose, loop, output_like, taps
 
 
 @triton.jit
@@ -54,7 +29,7 @@ def upsample_fwd_kernel(x_ptr, out_ptr, other_ptr, hi0, hi1, hw0, hw1, wi0, wi1,
     for it in range(0, iters):
         e = (it * nprog + pid) * BLOCK + tl.arange(0, BLOCK)
         mask = e < total
-        n, c, y, x = _decompose(e, C, H, W, CL)
+        n, c, y, x = decompose(e, C, H, W, CL)
         base = n * sxn + c * sxc
         h0 = tl.load(hi0 + y, mask=mask, other=0)
         w0 = tl.load(wi0 + x, mask=mask, other=0)
@@ -169,36 +144,6 @@ def bilinear_bwd_kernel(g_ptr, out_ptr, hstart, hcount, wstart, wcount,
 
 
 # ------------------------------------------------------------------------ launchers
-def grid_size(total: int, device) -> int:
-    """Programs of the 1-D grid: enough to cover ``total`` elements, at most one per core."""
-    import torch
-    if device.type == 'cuda':
-        cores = torch.cuda.get_device_properties(device).multi_processor_count
-    elif device.type == 'npu':  # vector cores of the Ascend AI core (triton-ascend)
-        cores = getattr(torch.npu.get_device_properties(device), 'vector_core_num', 40)
-    else:  # the interpreter on CPU: a few programs exercise the loop
-        cores = 4
-    return max(1, min(triton.cdiv(total, BLOCK), cores, 65535))
-
-
-def _loop(total: int, device):
-    """``(grid, nprog, iters)``: each program handles blocks ``it * nprog + pid``."""
-    nprog = grid_size(total, device)
-    return (nprog,), nprog, triton.cdiv(total, nprog * BLOCK)
-
-
-def _taps(taps, device):
-    import torch
-    i0, i1, w0, w1 = taps
-    return (i0.to(device, torch.int32), i1.to(device, torch.int32),
-            w0.to(device, torch.float32), w1.to(device, torch.float32))
-
-
-def _channels_last(t) -> bool:
-    import torch
-    return t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
-
-
 def upsample_fwd(x, out_hw, taps_h, taps_w, nearest: bool, other=None):
     """``[other +] upsample(x)``: ``x`` ``(N, C, h, w)``; taps per axis ``(i0, i1, w0, w1)``.
 
@@ -207,15 +152,15 @@ def upsample_fwd(x, out_hw, taps_h, taps_w, nearest: bool, other=None):
     import torch
     n, c = x.shape[:2]
     H, W = out_hw
-    cl = _channels_last(x)
+    cl = channels_last(x)
     out = torch.empty((n, c, H, W), dtype=x.dtype, device=x.device,
                       memory_format=torch.channels_last if cl else torch.contiguous_format)
     total = out.numel()
     if total == 0:
         return out
-    th, tw = _taps(taps_h, x.device), _taps(taps_w, x.device)
+    th, tw = taps(taps_h, x.device), taps(taps_w, x.device)
     o = other if other is not None else out
-    grid, nprog, iters = _loop(total, x.device)
+    grid, nprog, iters = loop(total, x.device)
     upsample_fwd_kernel[grid](
         x, out, o, *th, *tw, total, nprog, iters, c, H, W, *x.stride(), *out.stride(), *o.stride(),
         NEAREST=nearest, ADD=other is not None, CL=cl, BLOCK=BLOCK)
@@ -230,8 +175,8 @@ def upsample_argmax(x, out_hw, taps_h, taps_w, nearest: bool):
     out = torch.empty((n, H, W), dtype=torch.int32, device=x.device)
     total = out.numel()
     if total:
-        th, tw = _taps(taps_h, x.device), _taps(taps_w, x.device)
-        grid, nprog, iters = _loop(total, x.device)
+        th, tw = taps(taps_h, x.device), taps(taps_w, x.device)
+        grid, nprog, iters = loop(total, x.device)
         upsample_argmax_kernel[grid](
             x, out, *th, *tw, total, nprog, iters, c, H, W, *x.stride(), NEAREST=nearest,
             BLOCK=BLOCK)
@@ -270,8 +215,8 @@ def bilinear_bwd(grad, in_hw, taps_h, taps_w):
         return out
     hs, hc, maxh = _reverse_ranges(taps_h, h)
     ws, wc, maxw = _reverse_ranges(taps_w, w)
-    th, tw = _taps(taps_h, grad.device), _taps(taps_w, grad.device)
-    grid, nprog, iters = _loop(total, grad.device)
+    th, tw = taps(taps_h, grad.device), taps(taps_w, grad.device)
+    grid, nprog, iters = loop(total, grad.device)
     bilinear_bwd_kernel[grid](
         grad, out, hs.to(grad.device), hc.to(grad.device), ws.to(grad.device),
         wc.to(grad.device), *th, *tw, total, nprog, iters, c, h, w, *grad.stride(),

@@ -31,7 +31,7 @@ from .models import CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d, CANNUps
 from .fusion import apply_fusion
 from .models.registry import CANN_MODULES
 from .ops.upsample import upsample
-from .precision import PrecisionLike, normalize_precision
+from .core.precision import PrecisionLike, normalize_precision
 
 
 # ----------------------------------------------------------------------------------
@@ -44,7 +44,7 @@ def cann_resize(input, size=None, scale_factor=None, mode='nearest', align_corne
     Same arguments, same alignment warning, same result as mmseg's function (which calls
     ``F.interpolate`` with exactly these arguments).
     """
-    from .ops.geometry import any_symbolic, size_value
+    from .core.geometry import any_symbolic, size_value
     symbolic = size is not None and not isinstance(size, int) and any_symbolic(
         tuple(size) + tuple(input.shape[2:]))
     if warning and not symbolic:  # (a dynamic-shape trace cannot evaluate it)

@@ -43,12 +43,10 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from .core import geometry as geo
 from .ops.fused import upsample_add, upsample_argmax
 from .ops.upsample import upsample
 
-_ADD_MODES = ('nearest', 'nearest-exact', 'bilinear')
-#: instance attributes this module binds, by the method name they replace
-_BOUND = ('forward', '_forward_feature', 'predict')
 
 
 @dataclasses.dataclass
@@ -83,7 +81,7 @@ def _fpn_add_kwargs(cfg) -> dict:
     if set(cfg) - {'mode', 'align_corners'}:
         return None
     mode = cfg.get('mode', 'nearest')
-    if mode not in _ADD_MODES:
+    if mode not in geo.FUSED_MODES:
         return None
     return dict(mode=mode, align_corners=cfg.get('align_corners', None))
 

@@ -13,8 +13,8 @@ from mmseg_cann.convert import (cann_resize, resize_routed, restore_resize, rout
                                 routed_resize)
 from mmseg_cann.models.registry import CANN_MODULES
 
-from .conftest import run_python
-from .models_fixtures import build_small, seg_batch
+from tests._helpers import run_python
+from tests._helpers import build_small, seg_batch
 
 PLAIN = (nn.Upsample, nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d)
 MODELS = {

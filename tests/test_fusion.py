@@ -8,7 +8,7 @@ from mmseg_cann import convert_model
 from mmseg_cann.convert import restore_resize
 from mmseg_cann.fusion import FusionReport, fuse_upsample_add, lean_predict, unfuse_model
 
-from .models_fixtures import build_small, seg_batch
+from tests._helpers import build_small, seg_batch
 
 MODELS = {
     'upernet': 'mmseg::upernet/upernet_r50_4xb2-40k_cityscapes-512x1024.py',

@@ -24,6 +24,7 @@ import sys
 import time
 
 import torch
+from _common import resolve_device
 
 DTYPES = {'float64': torch.float64, 'float32': torch.float32, 'float16': torch.float16,
           'bfloat16': torch.bfloat16}
@@ -48,32 +49,17 @@ def plan_reporter(device: torch.device, assume_chip=None):
     """``plan_fn`` for ``parity.run_all``: the NPU plan of each case, or None."""
     if device.type != 'npu' and assume_chip is None:
         return None
-    from mmseg_cann.backends.npu_calls import plan_for_call
+    from mmseg_cann.analysis.npu_calls import plan_for_call
     from mmseg_cann.backends.npu_device import DeviceCaps, device_caps
     caps = DeviceCaps.npu(assume_chip) if assume_chip else device_caps(device)
     return lambda case, x: plan_for_call(case.op, x, case.kwargs, caps).describe()
 
 
-def resolve_device(name: str) -> torch.device:
-    """The torch device for ``name``, with a clear message when it is not available."""
-    if name == 'cuda' and not torch.cuda.is_available():
-        raise SystemExit('check_parity: --device cuda requested but no CUDA device is available')
-    if name == 'npu':
-        try:
-            import torch_npu  # noqa: F401  (registers the npu device)
-        except Exception as exc:  # torch_npu fails to import without the CANN runtime
-            raise SystemExit(f'check_parity: --device npu needs torch_npu and the CANN '
-                             f'runtime ({type(exc).__name__}: {exc})')
-        if not torch.npu.is_available():
-            raise SystemExit('check_parity: torch_npu is installed but no NPU is available')
-    return torch.device(name)
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from mmseg_cann.utils import parity
+    from mmseg_cann.analysis import parity
 
-    device = resolve_device(args.device)
+    device = resolve_device(args.device, 'check_parity')
     dtypes = [DTYPES[d] for d in args.dtype]
     cases = parity.build_cases(quick=args.quick)
     start = time.perf_counter()

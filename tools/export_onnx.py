@@ -27,6 +27,7 @@ import argparse
 import sys
 
 import torch
+from _common import add_cfg_options, load_config
 
 
 class WholeImageLogits(torch.nn.Module):
@@ -66,24 +67,18 @@ def parse_args(argv=None):
                         help='slim the graph with onnxslim (verified like the export)')
     parser.add_argument('--atol', type=float, default=1e-4)
     parser.add_argument('--min-agree', type=float, default=0.999)
-    parser.add_argument('--cfg-options', nargs='+', default=[], metavar='KEY=VALUE',
-                        help="override config entries (mmengine's DictAction syntax)")
+    add_cfg_options(parser)
     return parser.parse_args(argv)
 
 
-def build_model(config: str, checkpoint=None, cfg_options=()):
+def build_model(config: str, checkpoint=None, cfg_options=None):
     """The converted segmentor (eval mode) wrapped in :class:`WholeImageLogits`."""
-    from mmengine.config import Config, DictAction
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS
 
     import mmseg_cann
     from mmseg_cann.utils.config import sync_bn_to_bn
-    cfg = Config.fromfile(config)
-    if cfg_options:
-        parser = argparse.ArgumentParser()
-        parser.add_argument('--o', nargs='+', action=DictAction)
-        cfg.merge_from_dict(parser.parse_args(['--o', *cfg_options]).o)
+    cfg = load_config(config, cfg_options)
     init_default_scope(cfg.get('default_scope', 'mmseg'))
     sync_bn_to_bn(cfg.model)  # SyncBN has no single-process CPU forward
     if not checkpoint:

@@ -4,7 +4,7 @@
     python tools/precision_report.py --json precision.json --markdown precision.md
 
 Every cell is the largest error in units in the last place (ulps) of the input dtype,
-against a float64 reference of the same input. See mmseg_cann/utils/precision_report.py.
+against a float64 reference of the same input. See mmseg_cann/analysis/precision_report.py.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def main(argv=None) -> int:
     parser.add_argument('--markdown', metavar='OUT', help='write the Markdown table')
     args = parser.parse_args(argv)
 
-    from mmseg_cann.utils import precision_report as report
+    from mmseg_cann.analysis import precision_report as report
 
     rows = report.build_rows(args.height, args.width, offset=args.offset)
     table = report.format_markdown(rows)

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _common import load_config, resolve_device
 
 
 def parse_args(argv=None):
@@ -44,16 +42,13 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from mmengine.config import Config
-
     from mmseg_cann.backends.npu_device import DeviceCaps
-    from mmseg_cann.utils import op_profile
-    from tools.check_parity import resolve_device
+    from mmseg_cann.analysis import op_profile
 
-    device = resolve_device(args.device)
+    device = resolve_device(args.device, 'profile_ops')
     shape = args.shape
     if shape is None:
-        crop = Config.fromfile(args.config).get('crop_size', None)
+        crop = load_config(args.config).get('crop_size', None)
         shape = list(crop) if crop else [512, 1024]
     model = op_profile.build_converted_model(args.config, tuple(shape), str(device))
     caps = DeviceCaps.npu(args.assume_chip) if args.assume_chip else None

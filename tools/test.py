@@ -12,26 +12,25 @@ from __future__ import annotations
 import argparse
 import sys
 
+from _common import add_runner_args, build_runner_config, parse_runner_args
+
 
 def parse_args(argv=None):
-    from train import add_common_args, parse_common  # tools/ is on sys.path as a script
     parser = argparse.ArgumentParser(description='Test (and evaluate) a segmentor')
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file')
     parser.add_argument('--work-dir', help='the dir to save the evaluation metrics')
     parser.add_argument('--out', help='directory for the predicted label maps (PNG)')
     parser.add_argument('--show-dir', help='directory for visualisations')
-    add_common_args(parser)
-    return parse_common(parser, argv)
+    add_runner_args(parser)
+    return parse_runner_args(parser, argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     from mmengine.runner import Runner
 
-    from train import build_config
-
-    cfg = build_config(args)
+    cfg = build_runner_config(args)
     cfg.load_from = args.checkpoint
     if args.show_dir:
         visualization = cfg.default_hooks.visualization

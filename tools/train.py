@@ -14,28 +14,9 @@ apply). Distributed: ``torchrun --nproc-per-node N tools/train.py CONFIG --launc
 from __future__ import annotations
 
 import argparse
-import os
-import os.path as osp
 import sys
 
-
-def add_common_args(parser) -> None:
-    """Options shared by tools/train.py and tools/test.py."""
-    from mmengine.config import DictAction
-    parser.add_argument('--data-root', help='dataset root for every dataloader')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override settings in the config, key=value')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
-                        default='none', help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-
-
-def parse_common(parser, argv=None):
-    """Parse, and export LOCAL_RANK for launchers that pass --local-rank."""
-    args = parser.parse_args(argv)
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
-    return args
+from _common import add_runner_args, build_runner_config, parse_runner_args
 
 
 def parse_args(argv=None):
@@ -46,49 +27,15 @@ def parse_args(argv=None):
                         help='resume from the latest checkpoint in the work dir')
     parser.add_argument('--amp', action='store_true', default=False,
                         help='enable automatic mixed precision (AmpOptimWrapper)')
-    add_common_args(parser)
-    return parse_common(parser, argv)
-
-
-def build_config(args):
-    """The config with the command line applied (shared with tools/test.py)."""
-    from mmengine.config import Config
-
-    import mmseg_cann  # noqa: F401  (registers modules and hooks)
-    from mmseg_cann.utils.config import (init_cpu_process_group, set_data_root,
-                                         use_cpu_distributed, use_cpu_optim_wrapper)
-
-    cfg = Config.fromfile(args.config)
-    cfg.launcher = args.launcher
-    if args.cfg_options is not None:
-        cfg.merge_from_dict(args.cfg_options)
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir', None) is None:
-        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
-    if getattr(args, 'data_root', None):
-        set_data_root(cfg, args.data_root)
-    if getattr(args, 'amp', False):
-        wrapper = cfg.optim_wrapper.get('type', 'OptimWrapper')
-        if wrapper == 'OptimWrapper':
-            cfg.optim_wrapper.type = 'AmpOptimWrapper'
-            cfg.optim_wrapper.loss_scale = 'dynamic'
-        elif wrapper != 'AmpOptimWrapper':
-            raise SystemExit(f'--amp is only supported with OptimWrapper, got {wrapper}')
-    if use_cpu_optim_wrapper(cfg):
-        print('no GPU/NPU here: AmpOptimWrapper replaced by OptimWrapper '
-              '(the CANN precision settings still apply)')
-    if use_cpu_distributed(cfg):
-        print('no GPU/NPU here: distributed run on CPU processes (gloo, BN for SyncBN)')
-        init_cpu_process_group()
-    return cfg
+    add_runner_args(parser)
+    return parse_runner_args(parser, argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     from mmengine.runner import Runner
 
-    cfg = build_config(args)
+    cfg = build_runner_config(args)
     cfg.resume = args.resume
     runner = Runner.from_cfg(cfg)
     runner.train()

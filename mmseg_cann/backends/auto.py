@@ -1,12 +1,14 @@
 """``backend='auto'``: per call, the tuned backend when ``MMSEG_CANN_TUNE`` is set, the
-NPU planner (:mod:`.npu`) for tensors on an ``npu`` device, the native ops otherwise."""
+NPU planner (:mod:`.npu`) for tensors on an ``npu`` device, the native ops otherwise.
+The fused ops run on the ``'fused'`` backend when no gradient is needed and unfused
+(native, differentiable) otherwise."""
 from __future__ import annotations
 
 from types import ModuleType
 
 import torch
 
-from . import native, npu, tuned
+from . import fused, native, npu, tuned
 
 
 def select(input: torch.Tensor) -> ModuleType:
@@ -30,3 +32,13 @@ def avg_pool2d(input, spec, count_include_pad=True, divisor_override=None):
 
 def adaptive_avg_pool2d(input, output_size):
     return select(input).adaptive_avg_pool2d(input, output_size)
+
+
+def upsample_add(input, other, spec):
+    impl = native if fused.needs_grad(input, other) else fused
+    return impl.upsample_add(input, other, spec)
+
+
+def upsample_argmax(logits, spec):
+    impl = native if fused.needs_grad(logits) else fused
+    return impl.upsample_argmax(logits, spec)

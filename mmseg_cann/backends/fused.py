@@ -1,4 +1,6 @@
-"""Fast implementations of the fused decoder ops (``mmseg_cann.ops.fused``).
+"""The ``'fused'`` backend: fast implementations of the fused decoder ops
+(:mod:`mmseg_cann.ops.fused`); the four plain ops run natively. Not differentiable: an
+input that needs a gradient takes the native (unfused) computation, counted as a fallback.
 
 ``upsample_add``
     Bilinear upsampling of float32 NCHW CPU tensors runs the numba kernel of
@@ -8,7 +10,7 @@
     Otherwise: upsamples into a fresh tensor with PyTorch's own kernel and adds the
     lateral in place (bit for bit the unfused values; the saving is the second
     full-size allocation: on CPU a fresh tensor is filled at about a third of copy
-    bandwidth because of page faults, DESIGN.md 2.4).
+    bandwidth because of page faults, docs/design.md 2.4).
 
 ``upsample_argmax``
     Nearest modes: the argmax commutes with the gather, so the labels are the low
@@ -36,8 +38,9 @@ from typing import Tuple
 
 import torch
 
-from ..ops import geometry as geo
-from ..ops import reference as ref
+from ..core import geometry as geo
+from ..core import reference as ref
+from ..core.taps import linear_taps
 from ..utils import record_fallback
 from . import native, numba_cpu
 
@@ -54,9 +57,32 @@ BAND_FRACTION = 0.08
 BAND_MAX_BYTES = 24 << 20
 
 
+upsample = native.upsample
+max_pool2d = native.max_pool2d
+avg_pool2d = native.avg_pool2d
+adaptive_avg_pool2d = native.adaptive_avg_pool2d
+
+
+def needs_grad(*tensors: torch.Tensor) -> bool:
+    """Whether autograd would record an op on ``tensors``."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def unfused_for_grad(op: str, backend: str, *tensors: torch.Tensor) -> bool:
+    """True (and a recorded fallback) when a non-differentiable ``backend`` must leave
+    ``op`` to the native computation because an input needs a gradient."""
+    if not needs_grad(*tensors):
+        return False
+    record_fallback(op, f'the {backend!r} backend is not differentiable; inputs that '
+                        'need a gradient use the native (unfused) computation')
+    return True
+
+
 def upsample_add(input: torch.Tensor, other: torch.Tensor,
                  spec: geo.UpsampleSpec) -> torch.Tensor:
     """``other + upsample(input)`` written with one full-size allocation (not differentiable)."""
+    if unfused_for_grad('upsample_add', 'fused', input, other):
+        return native.upsample_add(input, other, spec)
     if numba_add_applies(spec, input, other):
         out = torch.empty_like(other, memory_format=torch.contiguous_format)
         numba_cpu.upsample_add_into(input.numpy(), other.numpy(), out.numpy(),
@@ -98,40 +124,10 @@ def _numpy_taps(spec: geo.UpsampleSpec):
                  for i, o in zip(spec.in_size, spec.out_size))
 
 
-@lru_cache(maxsize=256)
-def linear_taps(in_size: int, out_size: int, align_corners: bool
-                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """PyTorch's bilinear taps along one axis: ``(i0, i1, w0, w1)``, shape ``(out,)``.
-
-    Source coordinates are computed in float32 as PyTorch's kernel does
-    (``step * (d + 0.5) - 0.5`` clamped at 0, or ``d * step`` with ``align_corners``;
-    step from :func:`geometry.coordinate_scale`); ``i0 = min(floor(src), in - 1)``,
-    ``i1 = min(i0 + 1, in - 1)``, ``w1 = clamp(src - i0, 0, 1)``, ``w0 = 1 - w1``.
-    An unchanged axis is copied (``i0 = i1 = d``), as PyTorch does.
-
-    The half-pixel coordinate is one fused multiply-add, rounded once, as the compiled
-    x86 kernel of PyTorch evaluates it (``fma(step, d + 0.5, -0.5)``; with a separate
-    rounding of the product, 1081 of 20100 values of a 37x53 -> 100x201 resize differ
-    in the last bit). The float64 product of two float32 values is exact and so is the
-    sum with -0.5, so computing in float64 and rounding to float32 is that FMA.
-    """
-    if in_size == out_size:
-        idx = torch.arange(out_size)
-        return idx, idx, torch.ones(out_size), torch.zeros(out_size)
-    step = torch.tensor(geo.coordinate_scale(in_size, out_size, align_corners, None),
-                        dtype=torch.float32)
-    if align_corners:
-        src = torch.arange(out_size, dtype=torch.float32) * step
-    else:
-        d = torch.arange(out_size, dtype=torch.float64)
-        src = ((d + 0.5) * step.double() - 0.5).float().clamp_min(0)
-    i0 = src.floor().to(torch.int64).clamp_max(in_size - 1)
-    w1 = (src - i0).clamp(0, 1)
-    return i0, (i0 + 1).clamp_max(in_size - 1), 1 - w1, w1
-
-
 def upsample_argmax(logits: torch.Tensor, spec: geo.UpsampleSpec) -> torch.Tensor:
     """Labels of the upsampled logits, ``(N, H, W)`` int64, without full-size logits."""
+    if unfused_for_grad('upsample_argmax', 'fused', logits):
+        return native.upsample_argmax(logits, spec)
     (h, w), (H, W) = spec.in_size, spec.out_size
     if spec.mode in geo.NEAREST_MODES:
         exact = spec.mode == 'nearest-exact'
@@ -193,7 +189,7 @@ def _band_rows(n: int, c: int, h: int, w: int, H: int, W: int, itemsize: int) ->
 
     As few bands as the memory budget allows: each band is one compiled call whose
     parallel loops end in a barrier, and on a CPU shared with other processes every
-    barrier waits for a descheduled thread (README, "Why the banded path was slow").
+    barrier waits for a descheduled thread (docs/fused_ops.md, "Why the banded path is slow").
     """
     budget = BAND_FRACTION * n * c * H * W * itemsize
     per_low_row, per_out_row = 4 * n * c * W, 8 * n * W

@@ -14,7 +14,9 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from ..ops import geometry as geo
+from ..core import geometry as geo
+from ..core.validation import is_channels_last
+from ..core.taps import pool_divisors, pool_first_taps
 from ..utils import record_fallback
 
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
@@ -49,12 +51,7 @@ def upsample(input: torch.Tensor, spec: geo.UpsampleSpec) -> torch.Tensor:
 def _cpu_antialias_width_one_defect(input: torch.Tensor, spec: geo.UpsampleSpec) -> bool:
     return (spec.antialias and input.device.type == 'cpu' and spec.out_size[1] == 1
             and spec.out_size[0] not in (1, spec.in_size[0])
-            and not _channels_last_kernel(input))
-
-
-def _channels_last_kernel(input: torch.Tensor) -> bool:
-    """Whether PyTorch picks its channels_last kernel (strides unambiguously NHWC)."""
-    return input.is_contiguous(memory_format=torch.channels_last) and not input.is_contiguous()
+            and not is_channels_last(input))  # PyTorch's channels_last kernel is right
 
 
 def _pad_value(dtype: torch.dtype) -> float:
@@ -98,12 +95,8 @@ def _unpad_indices(values: torch.Tensor, padded_index: torch.Tensor,
     index = rows * w + cols
     in_pad = (rows < 0) | (rows >= h) | (cols < 0) | (cols >= w)
     if bool(in_pad.any()):
-        first_rows = torch.tensor([geo.first_valid_tap(o, h, spec.stride[0], top,
-                                                       spec.dilation[0])
-                                   for o in range(spec.out_size[0])], device=index.device)
-        first_cols = torch.tensor([geo.first_valid_tap(o, w, spec.stride[1], left,
-                                                       spec.dilation[1])
-                                   for o in range(spec.out_size[1])], device=index.device)
+        first_rows, first_cols = (torch.tensor(t, device=index.device)
+                                  for t in pool_first_taps(spec))
         default = first_rows[:, None] * w + first_cols[None, :]
         index = torch.where(in_pad, default.expand_as(index), index)
     return index
@@ -123,11 +116,8 @@ def avg_pool2d(input: torch.Tensor, spec: geo.PoolSpec, count_include_pad: bool 
     # exclude padded cells: window sums divided by the number of input cells per window
     sums = F.avg_pool2d(padded.float() if padded.dtype in _HALF_DTYPES else padded,
                         args.kernel, args.stride, 0, False, True, 1)
-    counts = [torch.tensor([geo.avg_divisor(o, spec.in_size[a], spec.kernel[a],
-                                            spec.stride[a], spec.pad_begin[a],
-                                            spec.pad_end[a], False)
-                            for o in range(spec.out_size[a])], dtype=sums.dtype,
-                           device=sums.device) for a in range(2)]
+    counts = [torch.tensor(t, dtype=sums.dtype, device=sums.device)
+              for t in pool_divisors(spec, False)]
     return (sums / (counts[0][:, None] * counts[1][None, :])).to(input.dtype)
 
 

@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from ..ops import geometry as geo
+from ..core import geometry as geo
 from ..utils import record_fallback
 from . import native
 from .npu_device import DeviceCaps, device_caps

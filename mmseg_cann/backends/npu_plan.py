@@ -1,8 +1,8 @@
 """The call planner: which aten call form an op should use on a device, and why.
 
-A pure function per op maps (validated spec from :mod:`mmseg_cann.ops.geometry`, input
+A pure function per op maps (validated spec from :mod:`mmseg_cann.core.geometry`, input
 shape, dtype, memory format, :class:`~.npu_device.DeviceCaps`) to a frozen :class:`Plan`.
-No tensors, no device: every rule is testable on a CPU. The rules (DESIGN.md 2.3, from
+No tensors, no device: every rule is testable on a CPU. The rules (docs/design.md 2.3, from
 the CANN operator docs and torch_npu's op-plugin) on Ascend 910B-class chips (A2/A3):
 
 Upsample (bilinear, bicubic; ``aclnnUpsampleBilinear2d``/``aclnnUpsampleBicubic2d``)
@@ -44,7 +44,8 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..ops import geometry as geo
+from ..core import geometry as geo
+from ..core.validation import is_channels_last
 from .npu_device import DeviceCaps
 
 #: largest scale the fast bilinear kernel takes (effective scale <= 50)
@@ -54,9 +55,6 @@ BICUBIC_FAST_MAX_SCALE = 40.0
 #: kernels larger than this leave aclnnAvgPool2d's Cube path
 AVG_CUBE_MAX_KERNEL = 255
 
-UPSAMPLE_CALLS = ('native', 'size', 'scales')
-POOL_CALLS = ('native', 'mean')
-LAYOUTS = ('keep', 'to_nchw', 'to_channels_last')
 MEMORY_FORMATS = ('contiguous', 'channels_last', 'strided')
 
 
@@ -116,8 +114,7 @@ class Plan:
 
 def memory_format_of(x: torch.Tensor) -> str:
     """``'contiguous'``, ``'channels_last'`` (unambiguously NHWC strides) or ``'strided'``."""
-    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) \
-            and not x.is_contiguous():
+    if is_channels_last(x):
         return 'channels_last'
     return 'contiguous' if x.is_contiguous() else 'strided'
 

@@ -2,7 +2,7 @@
 
 The fused bilinear ops spend their time moving memory, not computing: the kernels here
 make one pass over the output, keep every intermediate in small per-thread buffers and
-use the taps of :func:`mmseg_cann.backends.fused.linear_taps` (PyTorch's float32 source
+use the taps of :func:`mmseg_cann.core.taps.linear_taps` (PyTorch's float32 source
 coordinates) with the arithmetic of PyTorch's compiled NCHW CPU kernel as read off
 torch 2.13's AVX2 build, fused multiply-adds included::
 

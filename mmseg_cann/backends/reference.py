@@ -1,4 +1,4 @@
-"""Reference backend: the float64 implementations of :mod:`mmseg_cann.ops.reference`.
+"""Reference backend: the float64 implementations of :mod:`mmseg_cann.core.reference`.
 
 Computes in float64 and returns the input's dtype and memory format, so it can stand
 in for the native backend anywhere (slowly).
@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import torch
 
-from ..ops import reference as ref
+from ..core import reference as ref
+from ..core.validation import is_channels_last
 
 
 def _like(result: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
     out = result.to(input.dtype) if input.dtype.is_floating_point else result.round().to(
         input.dtype)
-    if input.dim() == 4 and input.is_contiguous(memory_format=torch.channels_last) \
-            and not input.is_contiguous():
+    if is_channels_last(input):
         out = out.contiguous(memory_format=torch.channels_last)
     return out
 

@@ -13,17 +13,19 @@ pooling run on the native backend, each counted and logged once as a fallback
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 
 import torch
 
-from ..ops import geometry as geo
-from ..ops import reference as ref
+from ..core import geometry as geo
+from ..core import reference as ref
+from ..core.taps import linear_taps, pool_divisors, pool_first_taps
 from ..utils import record_fallback
 from . import native
-from .fused import linear_taps
+from .fused import unfused_for_grad
 
-KERNEL_MODES = ('nearest', 'nearest-exact', 'bilinear')
+KERNEL_MODES = geo.FUSED_MODES
 
 
 def check_available(device: torch.device) -> None:
@@ -38,30 +40,18 @@ def check_available(device: torch.device) -> None:
 
 
 def _kernels():
-    from mmseg_cann.kernels import upsample as kernels
-    return kernels
+    # ``kernels/`` installs as mmseg_cann.kernels (setup.py package_dir); the import
+    # linter sees it as the root package ``kernels``, so it is imported by name here
+    return importlib.import_module('mmseg_cann.kernels.upsample')
 
 
 def _axis_taps(in_size: int, out_size: int, spec: geo.UpsampleSpec, axis: int):
-    """``(i0, i1, w0, w1)`` for one axis, from the shared geometry rules."""
+    """``(i0, i1, w0, w1)`` for one axis, from the shared tap builders."""
     if spec.mode in geo.NEAREST_MODES:
         idx = torch.from_numpy(ref.nearest_indices(in_size, out_size, spec.kernel_scales[axis],
                                                    spec.mode == 'nearest-exact'))
         return idx, idx, torch.ones(out_size), torch.zeros(out_size)
-    if spec.kernel_scales[axis] is not None:
-        step = geo.coordinate_scale(in_size, out_size, bool(spec.align_corners),
-                                    spec.kernel_scales[axis])
-        return _taps_with_step(in_size, out_size, bool(spec.align_corners), step)
-    return linear_taps(in_size, out_size, bool(spec.align_corners))
-
-
-def _taps_with_step(in_size, out_size, align_corners, step):
-    d = torch.arange(out_size, dtype=torch.float32)
-    s = torch.tensor(step, dtype=torch.float32)
-    src = d * s if align_corners else ((d + 0.5) * s - 0.5).clamp_min(0)
-    i0 = src.floor().to(torch.int64).clamp_max(in_size - 1)
-    w1 = (src - i0).clamp(0, 1)
-    return i0, (i0 + 1).clamp_max(in_size - 1), 1 - w1, w1
+    return linear_taps(in_size, out_size, bool(spec.align_corners), spec.kernel_scales[axis])
 
 
 def _spec_taps(spec: geo.UpsampleSpec):
@@ -104,6 +94,8 @@ def upsample(input: torch.Tensor, spec: geo.UpsampleSpec) -> torch.Tensor:
 def upsample_add(input, other, spec):
     """``other + upsample(input)`` in one kernel (not differentiable)."""
     check_available(input.device)
+    if unfused_for_grad('upsample_add', 'triton', input, other):
+        return native.upsample_add(input, other, spec)
     if not _supported(input, spec):
         record_fallback('upsample_add', f'no Triton kernel for dtype {input.dtype}')
         return native.upsample_add(input, other, spec)
@@ -115,6 +107,8 @@ def upsample_add(input, other, spec):
 def upsample_argmax(logits, spec):
     """Labels of the upsampled logits, computed per pixel over classes."""
     check_available(logits.device)
+    if unfused_for_grad('upsample_argmax', 'triton', logits):
+        return native.upsample_argmax(logits, spec)
     if not _supported(logits, spec):
         record_fallback('upsample_argmax', f'no Triton kernel for dtype {logits.dtype}')
         return native.upsample_argmax(logits, spec)
@@ -124,8 +118,7 @@ def upsample_argmax(logits, spec):
 
 
 def _pool_kernels():
-    from mmseg_cann.kernels import pooling as kernels
-    return kernels
+    return importlib.import_module('mmseg_cann.kernels.pooling')
 
 
 def _pool_supported(input) -> bool:
@@ -141,7 +134,8 @@ def max_pool2d(input, spec, return_indices=False):
         record_fallback('max_pool2d', f'no Triton kernel for dtype {input.dtype} or for '
                                       'the backward pass; running natively')
         return native.max_pool2d(input, spec, return_indices)
-    values, indices = _pool_kernels().max_pool2d(input, spec)
+    first_taps = [torch.tensor(t, dtype=torch.int32) for t in pool_first_taps(spec)]
+    values, indices = _pool_kernels().max_pool2d(input, spec, first_taps)
     return (values, indices) if return_indices else values
 
 
@@ -152,7 +146,9 @@ def avg_pool2d(input, spec, count_include_pad=True, divisor_override=None):
         record_fallback('avg_pool2d', f'no Triton kernel for dtype {input.dtype} or for '
                                       'the backward pass; running natively')
         return native.avg_pool2d(input, spec, count_include_pad, divisor_override)
-    return _pool_kernels().avg_pool2d(input, spec, count_include_pad, divisor_override)
+    divisors = [torch.tensor(t, dtype=torch.int32)
+                for t in pool_divisors(spec, count_include_pad)]
+    return _pool_kernels().avg_pool2d(input, spec, divisors, divisor_override)
 
 
 def adaptive_avg_pool2d(input, output_size):

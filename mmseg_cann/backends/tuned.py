@@ -8,7 +8,7 @@ size call vs scale call, NCHW vs channels_last, mean vs adaptive kernel), starti
 the plan the planner picks for the device (the native call off Ascend). A candidate
 whose result is not bit-identical to that first plan's (values, indices, dtype) is
 rejected, so tuning never changes results. The winner is stored in the
-:class:`~mmseg_cann.utils.tuning_cache.TuningCache` and later calls (in this and later
+:class:`~mmseg_cann.backends.tuning_cache.TuningCache` and later calls (in this and later
 processes with the same device and library versions) run it without timing.
 """
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 
-from ..ops import geometry as geo
-from ..utils.tuning_cache import TuningCache, section_key
+from ..core import geometry as geo
+from .tuning_cache import TuningCache, section_key
 from . import npu
 from .npu_device import device_caps
 from .npu_plan import Plan, memory_format_of, pool_candidates, upsample_candidates
@@ -44,7 +44,7 @@ def tuning_enabled() -> bool:
 def get_cache() -> TuningCache:
     """The process's cache object (reloaded when the cache path changes)."""
     global _cache
-    from ..utils.tuning_cache import default_cache_path
+    from .tuning_cache import default_cache_path
     with _cache_lock:
         if _cache is None or _cache.path != default_cache_path():
             _cache = TuningCache()

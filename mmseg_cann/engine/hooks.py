@@ -12,7 +12,9 @@ from typing import Mapping, Optional
 from mmengine.hooks import Hook
 
 from ..convert import convert_model, unwrap_model
-from ..precision import PrecisionLike, set_precision_policy
+from ..core.precision import PrecisionLike, set_precision_policy
+from ..models.registry import register_once
+from .checkpoint import allow_mmengine_checkpoints
 
 
 class CANNOpsHook(Hook):
@@ -25,7 +27,9 @@ class CANNOpsHook(Hook):
         upsample, pooling, resize: what :func:`mmseg_cann.convert_model` converts.
         fuse_upsample_add, lean_predict: its opt-in fusions (:mod:`mmseg_cann.fusion`).
 
-    The conversion runs once (the first of ``before_run``/``before_train``/``before_val``/
+    Building the hook allow-lists mmengine's checkpoint contents for
+    ``torch.load(weights_only=True)`` (:func:`allow_mmengine_checkpoints`), so the runner
+    it belongs to can resume and load checkpoints. The conversion runs once (the first of ``before_run``/``before_train``/``before_val``/
     ``before_test`` that sees an unconverted model) and its report is logged once.
     """
 
@@ -35,7 +39,7 @@ class CANNOpsHook(Hook):
                  upsample_precision: PrecisionLike = None, upsample: bool = True,
                  pooling: bool = True, resize: bool = True, fuse_upsample_add: bool = False,
                  lean_predict: bool = False) -> None:
-        from ..precision import PrecisionPolicy
+        from ..core.precision import PrecisionPolicy
         # validate now, so a bad config fails when the hook is built
         PrecisionPolicy().updated(pool_precision, upsample_precision)
         self.pool_precision = dict(pool_precision) if pool_precision is not None else None
@@ -46,6 +50,7 @@ class CANNOpsHook(Hook):
         self.fuse_upsample_add = fuse_upsample_add
         self.lean_predict = lean_predict
         self.report = None
+        allow_mmengine_checkpoints()
 
     def _convert(self, runner) -> None:
         model = unwrap_model(runner.model)
@@ -73,9 +78,9 @@ class CANNOpsHook(Hook):
 
 
 def register_hooks() -> None:
-    """Register :class:`CANNOpsHook` in mmseg's and mmengine's root ``HOOKS`` (idempotent)."""
+    """Register :class:`CANNOpsHook` in mmseg's and mmengine's root ``HOOKS``."""
     from mmengine.registry import HOOKS as ROOT_HOOKS
     from mmseg.registry import HOOKS as MMSEG_HOOKS
     for registry in (MMSEG_HOOKS, ROOT_HOOKS):
-        if registry.module_dict.get('CANNOpsHook') is not CANNOpsHook:
-            registry.register_module(module=CANNOpsHook, force=True)
+        register_once(registry, CANNOpsHook)
+

@@ -4,7 +4,8 @@ Importing this package registers ``CANNUpsample``, ``CANNMaxPool2d``,
 ``CANNAvgPool2d`` and ``CANNAdaptiveAvgPool2d``: in mmseg's registry, so configs with
 ``custom_imports=dict(imports=['mmseg_cann'])`` build them under mmseg's default
 scope, and in mmengine's root registry, so mmcv's builders
-(``build_upsample_layer``, ``build_*``) find them from any scope.
+(``build_upsample_layer``, ``build_*``) find them from any scope. Where mmseg is not
+installed the modules work as plain ``torch.nn`` modules and nothing is registered.
 """
 from .pooling import CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d
 from .registry import register_modules

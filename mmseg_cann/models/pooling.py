@@ -10,9 +10,10 @@ import torch
 from torch import nn
 
 from ..backends import check_backend
-from ..ops import geometry as geo
-from ..ops.pooling import adaptive_avg_pool2d, avg_pool2d, check_divisor_override, max_pool2d
-from ..precision import normalize_precision, precision_name
+from ..core import geometry as geo
+from ..core.validation import check_divisor_override
+from ..ops.pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
+from ..core.precision import normalize_precision, precision_name
 
 
 def _extras_repr(module) -> str:

@@ -5,9 +5,9 @@ import torch
 from torch import nn
 
 from ..backends import check_backend
-from ..ops import geometry as geo
+from ..core import geometry as geo
 from ..ops.upsample import upsample
-from ..precision import normalize_precision, precision_name
+from ..core.precision import normalize_precision, precision_name
 
 
 class CANNUpsample(nn.Upsample):

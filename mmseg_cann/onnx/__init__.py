@@ -2,12 +2,12 @@
 
 :func:`export_onnx` exports with ``torch.onnx.export(dynamo=True)`` and translates every
 CANN op itself (:mod:`.translation`), so ``Resize``/``MaxPool``/``AveragePool`` nodes
-carry the attributes derived from :mod:`mmseg_cann.ops.geometry`. :func:`verify_onnx`
+carry the attributes derived from :mod:`mmseg_cann.core.geometry`. :func:`verify_onnx`
 compares onnxruntime with PyTorch; :func:`node_summary` lists the Resize and pooling
 nodes with their attributes.
 """
 from .export import export_onnx, node_summary, verify_onnx
-from .state import onnx_export_mode
+from .ops import onnx_export_mode
 from .translation import pool_attributes, resize_attributes
 
 __all__ = ['export_onnx', 'verify_onnx', 'node_summary', 'onnx_export_mode',

@@ -9,10 +9,10 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from .state import onnx_export_mode
+from ..core.export_mode import DEFAULT_OPSET
+from .ops import onnx_export_mode
 from .translation import MIN_OPSET, translation_table
 
-DEFAULT_OPSET = 18
 #: ONNX ops whose attributes :func:`node_summary` prints
 SUMMARY_OPS = ('Resize', 'MaxPool', 'AveragePool', 'GlobalAveragePool', 'GlobalMaxPool')
 
@@ -33,7 +33,7 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
             graph then reproduces PyTorch for every input size; ``ValueError`` where an
             op's rule depends on the concrete size (see
             :func:`~mmseg_cann.onnx.translation.check_dynamic_upsample`,
-            :func:`~mmseg_cann.ops.geometry.ceil_mode_may_drop`) or where the model's
+            :func:`~mmseg_cann.core.geometry.ceil_mode_may_drop`) or where the model's
             own code pins a size to the example's.
         input_names, output_names: graph input/output names.
         simplify: run ``onnxslim.slim`` on the exported graph (PyPI ``onnxslim``,
@@ -61,7 +61,7 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
             # which would make a later fixed-shape export of the same tensors symbolic
             model, tuple(t.detach().clone() for t in inputs), dynamo=True,
             opset_version=opset,
-            custom_translation_table=translation_table(opset),
+            custom_translation_table=_custom_translation_table(opset),
             dynamic_shapes=dynamic_shapes, input_names=list(input_names)[:len(inputs)],
             output_names=None if output_names is None else list(output_names),
             optimize=True, verbose=False)
@@ -288,3 +288,9 @@ def node_attributes(model_proto, op_type: str) -> List[Dict[str, object]]:
             row[key] = value
         rows.append(row)
     return rows
+
+
+def _custom_translation_table(opset: int) -> Dict[object, object]:
+    """``custom_translation_table`` for ``torch.onnx.export(dynamo=True)`` at ``opset``."""
+    return {getattr(torch.ops.mmseg_cann, name).default: fn
+            for name, fn in translation_table(opset).items()}

@@ -3,7 +3,7 @@
 While ``torch.export`` traces a model (``torch.onnx.export(..., dynamo=True)``, the
 default of torch 2.13), the ``'auto'`` backend resolves to this module (see
 :func:`mmseg_cann.backends.get_backend`). Each op becomes one custom op carrying the
-resolved geometry from :mod:`mmseg_cann.ops.geometry` -- output size, the scales PyTorch
+resolved geometry from :mod:`mmseg_cann.core.geometry` -- output size, the scales PyTorch
 maps with, SAME/explicit pads -- so :mod:`mmseg_cann.onnx.translation` writes ONNX nodes
 with exactly the attributes the geometry prescribes instead of whatever a generic
 decomposition of ``F.interpolate`` would give.
@@ -15,13 +15,14 @@ runs eagerly.
 """
 from __future__ import annotations
 
+import sys
 from typing import List, Optional
 
 import torch
 
 from ..backends import native
-from ..ops import geometry as geo
-from .state import current_opset
+from ..core import geometry as geo
+from ..core.export_mode import DEFAULT_OPSET, current_opset, export_mode
 from .translation import check_dynamic_upsample, check_exportable, onnx_axis_scale
 
 #: ``align_corners`` is passed as an int: -1 (None), 0 or 1
@@ -267,3 +268,9 @@ def upsample_argmax(logits: torch.Tensor, spec: geo.UpsampleSpec) -> torch.Tenso
     """The fused op as ``Resize`` then ``ArgMax`` over channels (int64 ``(N, H, W)``;
     ties take the first index in both PyTorch and ONNX)."""
     return upsample(logits, spec).argmax(1)
+
+
+def onnx_export_mode(opset: int = DEFAULT_OPSET):
+    """Within this block, ``backend='auto'`` ops traced by ``torch.export`` become the
+    ``mmseg_cann::*`` custom ops of this module. Eager calls are untouched."""
+    return export_mode(sys.modules[__name__], opset)

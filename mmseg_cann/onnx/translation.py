@@ -31,7 +31,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..ops import geometry as geo
+from ..core import geometry as geo
 
 MIN_OPSET = 17
 #: a dynamic export's size-independent checks cover every input size up to this
@@ -102,7 +102,7 @@ def check_exportable(spec: geo.UpsampleSpec, opset: int) -> None:
     * bicubic with a user scale applied to an axis whose size does not change
       (PyTorch maps it with ``1 / scale``; onnxruntime copies it).
     """
-    from ..ops.reference import nearest_indices
+    from ..core.reference import nearest_indices
     if spec.mode in geo.NEAREST_MODES:
         exact = spec.mode == 'nearest-exact'
         for axis, name in enumerate(('height', 'width')):
@@ -285,7 +285,7 @@ def check_dynamic_upsample(spec: geo.UpsampleSpec) -> None:
                     'multiplies by 1/scale, ONNX runtimes divide); use a power-of-two scale, '
                     f'a scale without ties (e.g. 3), or {fixed}')
         if args.mode == 'nearest':
-            from ..ops.reference import nearest_indices
+            from ..core.reference import nearest_indices
             exact = False
             n = DYNAMIC_SIZE_LIMIT
             out = geo.upsample_output_size(n, scale)
@@ -329,7 +329,8 @@ def _opset(version: int):
 
 
 def translation_table(opset: int) -> Dict[object, object]:
-    """``custom_translation_table`` for ``torch.onnx.export(dynamo=True)`` at ``opset``."""
+    """The ONNX translation of each ``mmseg_cann::*`` custom op at ``opset``, keyed by op
+    name (:mod:`.export` keys them by the registered ops of :mod:`.ops`)."""
     import onnx
     op = _opset(opset)
 
@@ -376,11 +377,8 @@ def translation_table(opset: int) -> Dict[object, object]:
     def adaptive(x, in_size, out_size):
         return adaptive_avg_pool(op, opset, x, in_size, out_size)
 
-    from . import ops as _registers_custom_ops  # noqa: F401
-    ops = torch.ops.mmseg_cann
-    return {ops.upsample.default: upsample,
-            ops.upsample_by_scale.default: upsample_by_scale, ops.max_pool2d.default: max_pool,
-            ops.avg_pool2d.default: avg_pool, ops.adaptive_avg_pool2d.default: adaptive}
+    return {'upsample': upsample, 'upsample_by_scale': upsample_by_scale,
+            'max_pool2d': max_pool, 'avg_pool2d': avg_pool, 'adaptive_avg_pool2d': adaptive}
 
 
 def adaptive_avg_pool(op, opset: int, x, in_size, out_size):
@@ -418,7 +416,7 @@ def bin_matrix_nodes(op, x, axis: int, n_out: int):
     """ONNX nodes for the ``(n_out, n)`` bin-averaging matrix of ``x``'s runtime size
     ``n`` along ``axis``: row ``i`` is ``1 / (end - start)`` on input
     ``[start, end)``, ``start = floor(i * n / n_out)``, ``end = ceil((i + 1) * n / n_out)``
-    (:func:`mmseg_cann.ops.geometry.adaptive_bin`, in int64 arithmetic; ``Div`` of
+    (:func:`mmseg_cann.core.geometry.adaptive_bin`, in int64 arithmetic; ``Div`` of
     non-negative integers is floor division)."""
     n = op.Shape(x, start=axis, end=axis + 1)                      # [1] int64
     i = op.Constant(value_ints=list(range(n_out)))

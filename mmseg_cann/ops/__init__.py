@@ -3,14 +3,21 @@
 ``upsample``, ``max_pool2d``, ``avg_pool2d`` and ``adaptive_avg_pool2d`` have the
 signatures and semantics of their ``torch.nn.functional`` counterparts plus the
 keyword-only ``precision`` and ``backend``; ``upsample_add`` and ``upsample_argmax``
-are fused decoder ops (:mod:`.fused`). ``reference`` holds float64 implementations
-written from the formulas; ``geometry`` the shared size and coordinate rules.
+are fused decoder ops (:mod:`.fused`). ``geometry`` (the shared size and coordinate
+rules) and ``reference`` (float64 implementations written from the formulas) are
+:mod:`mmseg_cann.core`'s, also importable as ``mmseg_cann.ops.geometry`` and
+``mmseg_cann.ops.reference``.
 """
-from . import geometry, reference
+import sys
+
+from ..core import geometry, reference
 from .pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from .upsample import upsample
 from .fused import upsample_add, upsample_argmax
 
+# the same module objects under their historical names (``import mmseg_cann.ops.geometry``)
+sys.modules[__name__ + '.geometry'] = geometry
+sys.modules[__name__ + '.reference'] = reference
+
 __all__ = ['upsample', 'upsample_add', 'upsample_argmax', 'max_pool2d', 'avg_pool2d',
-           'adaptive_avg_pool2d', 'geometry',
-           'reference']
+           'adaptive_avg_pool2d', 'geometry', 'reference']

@@ -33,56 +33,9 @@ from __future__ import annotations
 
 import torch
 
-from ..backends import fused as fused_backend
-from ..backends import native, reference as reference_backend, triton as triton_backend
-from ..utils import record_fallback
-from . import geometry as geo
-from .inputs import check_input
-
-#: interpolation modes of the fused ops
-FUSED_MODES = ('nearest', 'nearest-exact', 'bilinear')
-FUSED_BACKENDS = ('auto', 'native', 'fused', 'reference', 'triton')
-_IMPLS = {'native': native, 'fused': fused_backend, 'reference': reference_backend,
-          'triton': triton_backend}
-
-
-def _check_mode(name: str, mode, align_corners) -> geo.UpsampleArgs:
-    if not isinstance(mode, str) or mode not in FUSED_MODES:
-        raise ValueError(f'{name}: mode must be one of {FUSED_MODES}, got {mode!r}')
-    if align_corners is not None and not isinstance(align_corners, bool):
-        raise TypeError(f'{name}: align_corners must be None, True or False, '
-                        f'got {align_corners!r}')
-    if mode in geo.NEAREST_MODES:
-        if align_corners:
-            raise ValueError(f'{name}: align_corners=True is only meaningful for '
-                             f"mode='bilinear', got mode={mode!r}")
-        align_corners = None  # the default False means "not set" for nearest modes
-    return align_corners
-
-
-def _check_backend(name: str, backend) -> str:
-    if not isinstance(backend, str) or backend not in FUSED_BACKENDS:
-        raise ValueError(f'{name}: backend must be one of {FUSED_BACKENDS}, got {backend!r}')
-    return backend
-
-
-def _needs_grad(*tensors: torch.Tensor) -> bool:
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-
-
-def _pick(name: str, backend: str, *tensors: torch.Tensor):
-    if backend == 'auto':
-        from ..onnx.state import export_backend
-        exporting = export_backend()
-        if exporting is not None:  # ONNX export: Resize + Add / Resize + ArgMax
-            return exporting
-        backend = 'native' if _needs_grad(*tensors) else 'fused'
-    elif backend in ('fused', 'triton') and _needs_grad(*tensors):
-        record_fallback(name, f'the {backend!r} backend is not differentiable; inputs that '
-                              'need a gradient use the native (unfused) computation')
-        backend = 'native'
-    return _IMPLS[backend]
-
+from .. import backends
+from ..core import geometry as geo
+from ..core.validation import check_fused_mode, check_input
 
 def upsample_add(input: torch.Tensor, other: torch.Tensor, mode: str = 'bilinear',
                  align_corners=False, *, backend: str = 'auto') -> torch.Tensor:
@@ -93,7 +46,8 @@ def upsample_add(input: torch.Tensor, other: torch.Tensor, mode: str = 'bilinear
         other: ``(N, C, H, W)`` tensor of the same dtype and device (the lateral).
         mode: ``'nearest'``, ``'nearest-exact'`` or ``'bilinear'``.
         align_corners: bilinear only (``False``/``None`` for the nearest modes).
-        backend: one of :data:`FUSED_BACKENDS`.
+        backend: a backend implementing the op (``'auto'``, ``'native'``, ``'fused'``,
+            ``'reference'``, ``'triton'``; see :mod:`mmseg_cann.backends`).
 
     Returns:
         ``(N, C, H, W)`` tensor with ``other``'s dtype; differentiable with respect to
@@ -113,10 +67,10 @@ def upsample_add(input: torch.Tensor, other: torch.Tensor, mode: str = 'bilinear
         raise TypeError(f'{name}: input and other must have the same dtype and device, got '
                         f'{input.dtype} on {input.device} and {other.dtype} on '
                         f'{other.device}')
-    align_corners = _check_mode(name, mode, align_corners)
+    align_corners = check_fused_mode(name, mode, align_corners)
     args = geo.check_upsample_args(size=tuple(other.shape[-2:]), mode=mode,
                                    align_corners=align_corners)
-    impl = _pick(name, _check_backend(name, backend), input, other)
+    impl = backends.get_backend(backend, name)
     return impl.upsample_add(input, other, geo.upsample_spec(input.shape[-2:], args))
 
 
@@ -129,7 +83,8 @@ def upsample_argmax(logits: torch.Tensor, size, mode: str = 'bilinear', align_co
         size: output ``(H, W)`` or an int for both.
         mode: ``'nearest'``, ``'nearest-exact'`` or ``'bilinear'``.
         align_corners: bilinear only (``False``/``None`` for the nearest modes).
-        backend: one of :data:`FUSED_BACKENDS`.
+        backend: a backend implementing the op (``'auto'``, ``'native'``, ``'fused'``,
+            ``'reference'``, ``'triton'``; see :mod:`mmseg_cann.backends`).
 
     Returns:
         ``(N, H, W)`` int64 labels. Equal to the unfused computation except where two
@@ -138,7 +93,7 @@ def upsample_argmax(logits: torch.Tensor, size, mode: str = 'bilinear', align_co
     """
     name = 'upsample_argmax'
     check_input(logits, name, ranks=(4,))
-    align_corners = _check_mode(name, mode, align_corners)
+    align_corners = check_fused_mode(name, mode, align_corners)
     args = geo.check_upsample_args(size=size, mode=mode, align_corners=align_corners)
-    impl = _pick(name, _check_backend(name, backend), logits)
+    impl = backends.get_backend(backend, name)
     return impl.upsample_argmax(logits, geo.upsample_spec(logits.shape[-2:], args))

@@ -10,20 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from .. import backends
-from ..precision import normalize_precision, run_with_precision
-from . import geometry as geo
-from .inputs import INTEGER_DTYPES, check_input
-
-
-def check_divisor_override(divisor_override) -> None:
-    """``divisor_override`` is None or a non-zero int."""
-    if divisor_override is None:
-        return
-    if isinstance(divisor_override, bool) or not geo._is_int(divisor_override):
-        raise TypeError(f'divisor_override must be None or a non-zero int, got '
-                        f'{divisor_override!r}')
-    if int(divisor_override) == 0:
-        raise ValueError('divisor_override must be None or a non-zero int, got 0')
+from ..core.precision import normalize_precision, run_with_precision
+from ..core import geometry as geo
+from ..core.validation import INTEGER_DTYPES, check_divisor_override, check_input
 
 
 def max_pool2d(input: torch.Tensor, kernel_size, stride=None, padding=0, dilation=1,
@@ -53,7 +42,7 @@ def max_pool2d(input: torch.Tensor, kernel_size, stride=None, padding=0, dilatio
     if not isinstance(return_indices, bool):
         raise TypeError(f'return_indices must be True or False, got {return_indices!r}')
     normalize_precision(precision)
-    impl = backends.get_backend(backend)
+    impl = backends.get_backend(backend, 'max_pool2d')
     spec = geo.pool_spec(input.shape[-2:], args)
     return run_with_precision(
         'max', precision, input, lambda x: impl.max_pool2d(x, spec, return_indices),

@@ -5,9 +5,9 @@ import torch
 import torch.nn.functional as F
 
 from .. import backends
-from ..precision import normalize_precision, run_with_precision
-from . import geometry as geo
-from .inputs import check_input
+from ..core.precision import normalize_precision, run_with_precision
+from ..core import geometry as geo
+from ..core.validation import check_input
 
 
 def upsample(input: torch.Tensor, size=None, scale_factor=None, mode: str = 'nearest',

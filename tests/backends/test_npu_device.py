@@ -28,7 +28,7 @@ def test_caps_of_cpu_and_made_up_npus():
 
 
 def test_package_import_does_not_import_torch_npu():
-    from ..conftest import run_python
+    from tests._helpers import run_python
     result = run_python(['-c', 'import sys, mmseg_cann, mmseg_cann.backends.npu; '
                                'print("torch_npu" in sys.modules)'])
     assert result.returncode == 0, result.stderr

@@ -8,10 +8,10 @@ import torch
 from mmseg_cann import ops
 from mmseg_cann.backends import npu, npu_plan as P
 from mmseg_cann.backends.npu_device import DeviceCaps
-from mmseg_cann.ops import geometry as geo
+from mmseg_cann.core import geometry as geo
 from mmseg_cann.utils import fallback_counts, reset_fallbacks
 
-from ..conftest import AWKWARD_SHAPES, make_input
+from tests._helpers import AWKWARD_SHAPES, make_input
 
 CHIPS = [DeviceCaps.npu('A2'), DeviceCaps.npu('A3'), DeviceCaps.npu('A1'), DeviceCaps('cpu', 'cpu')]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]

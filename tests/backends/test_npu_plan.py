@@ -1,4 +1,4 @@
-"""The NPU call planner's decisions, one row per documented rule (DESIGN.md 2.3)."""
+"""The NPU call planner's decisions, one row per documented rule (docs/design.md 2.3)."""
 import math
 
 import numpy as np
@@ -7,7 +7,7 @@ import torch
 
 from mmseg_cann.backends import npu_plan as P
 from mmseg_cann.backends.npu_device import DeviceCaps
-from mmseg_cann.ops import geometry as geo
+from mmseg_cann.core import geometry as geo
 
 A2, A3, A1 = DeviceCaps.npu('A2'), DeviceCaps.npu('A3'), DeviceCaps.npu('A1')
 CPU = DeviceCaps('cpu', 'cpu')

@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from mmseg_cann.backends import fused as fused_backend
 from mmseg_cann.backends import numba_cpu
 from mmseg_cann.ops.fused import upsample_add, upsample_argmax
-from tests.conftest import make_input, run_python
-from tests.ops.test_fused import assert_within_interpolation_rounding
+from tests._helpers import make_input, run_python
+from tests._helpers import assert_within_interpolation_rounding
 
 pytestmark = pytest.mark.skipif(not numba_cpu.available(), reason='numba is not installed')
 

@@ -7,9 +7,9 @@ import torch
 
 from mmseg_cann import ops
 from mmseg_cann.backends import tuned
-from mmseg_cann.utils import tuning_cache
+from mmseg_cann.backends import tuning_cache
 
-from ..conftest import make_input
+from tests._helpers import make_input
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from mmseg_cann.data import make_dataset
 from mmseg_cann.models.registry import CANN_MODULES
 from mmseg_cann.utils.config import set_data_root, shrink_for_cpu, use_cpu_optim_wrapper
 
-from ..models_fixtures import REPO_ROOT, load_config
+from tests._helpers import REPO_ROOT, load_config
 
 CONFIGS = sorted(os.path.relpath(p, REPO_ROOT) for p in
                  glob.glob(os.path.join(REPO_ROOT, 'configs', '*', '*.py'))

@@ -7,7 +7,7 @@ from mmengine.registry import init_default_scope
 
 from mmseg_cann.data import DATASETS, make_dataset
 
-from ..models_fixtures import load_config
+from tests._helpers import load_config
 
 CONFIG_OF = {
     'cityscapes': 'configs/cityscapes/pspnet_r50-d8_cann_4xb2-40k_cityscapes-512x1024.py',

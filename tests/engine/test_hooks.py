@@ -10,7 +10,7 @@ from mmseg_cann.data import make_dataset
 from mmseg_cann.models.registry import CANN_MODULES
 from mmseg_cann.utils.config import set_data_root
 
-from ..models_fixtures import load_config
+from tests._helpers import load_config
 
 DEMO = 'configs/medical/unet-s5-d16_fcn_cann_1xb4-300iter_synthetic-drive-64x64.py'
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from mmseg_cann.ops import avg_pool2d, max_pool2d
-from mmseg_cann.ops import reference as ref
-from tests.conftest import make_input
+from mmseg_cann.core import reference as ref
+from tests._helpers import make_input
 
 pytest.importorskip('triton')
 

@@ -8,7 +8,7 @@ from torch import nn
 
 from mmseg_cann import (CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d, CANNUpsample)
 
-from ..conftest import make_input
+from tests._helpers import make_input
 
 PAIRS = [
     (CANNUpsample(scale_factor=2, mode='bilinear', align_corners=False),
@@ -78,7 +78,7 @@ def test_padding_strings_in_modules():
     (lambda: CANNUpsample(size=4, mode='nearest', align_corners=True), ValueError),
     (lambda: CANNUpsample(scale_factor=0), ValueError),
     (lambda: CANNUpsample(size=4, precision='fp64'), ValueError),
-    (lambda: CANNUpsample(size=4, backend='compiled'), ValueError),  # reserved
+    (lambda: CANNUpsample(size=4, backend='compiled'), ValueError),  # not a backend
     (lambda: CANNMaxPool2d(3, padding=2), ValueError),
     (lambda: CANNMaxPool2d(0), ValueError),
     (lambda: CANNAvgPool2d(2, divisor_override=0), ValueError),

@@ -1,4 +1,5 @@
 """Registration in mmseg's MODELS and use through configs and mmcv's builders."""
+import os
 import textwrap
 
 import torch
@@ -8,7 +9,7 @@ from mmengine.registry import DefaultScope
 import mmseg_cann
 from mmseg_cann import CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d, CANNUpsample
 
-from ..conftest import run_python
+from tests._helpers import run_python
 
 NAMES = {'CANNUpsample': CANNUpsample, 'CANNMaxPool2d': CANNMaxPool2d,
          'CANNAvgPool2d': CANNAvgPool2d, 'CANNAdaptiveAvgPool2d': CANNAdaptiveAvgPool2d}
@@ -78,4 +79,4 @@ def test_custom_imports_in_a_config_file(tmp_path):
 def test_kernels_package_installs_as_mmseg_cann_kernels():
     import mmseg_cann.kernels as kernels
     assert kernels.__name__ == 'mmseg_cann.kernels'
-    assert isinstance(kernels.triton_available(), bool)
+    assert kernels.__file__.endswith(os.path.join('kernels', '__init__.py'))

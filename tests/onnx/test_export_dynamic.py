@@ -12,7 +12,7 @@ import torch
 
 from mmseg_cann import CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d, CANNUpsample
 from mmseg_cann.ops import adaptive_avg_pool2d, geometry as geo, upsample
-from tests.conftest import make_input
+from tests._helpers import make_input
 
 pytest.importorskip('onnxruntime')
 pytest.importorskip('onnxscript')
@@ -20,8 +20,8 @@ from mmseg_cann.onnx import export_onnx  # noqa: E402
 from mmseg_cann.onnx.export import dynamic_dims, run_onnx  # noqa: E402
 from mmseg_cann.onnx.translation import (check_dynamic_upsample,  # noqa: E402
                                          scale_output_size_mismatch)
-from tests.onnx.test_export_ops import Many  # noqa: E402
-from tests.onnx.test_nearest_rule import ort_nearest_indices  # noqa: E402
+from tests._helpers import Many  # noqa: E402
+from tests._helpers import ort_nearest_indices  # noqa: E402
 
 #: the traced size of every input; the graph is then run at the RUNTIME_SIZES
 TRACED = (5, 7)
@@ -341,7 +341,7 @@ def test_nearest_exact_ties_are_what_differs():
     the source coordinate is at a rounding tie, so refusing tied scales
     (:func:`nearest_exact_tie`) covers every difference; tie-free scales agree."""
     from mmseg_cann.onnx.translation import nearest_exact_tie
-    from mmseg_cann.ops.reference import nearest_indices
+    from mmseg_cann.core.reference import nearest_indices
     differing = 0
     for scale in (0.3, 0.6, 1.5, 1.75, 2.5, 3.0, 0.1, 0.9, 2.9, 3.3, 0.15, 0.55, 0.25, 8.0):
         tie = nearest_exact_tie(scale)

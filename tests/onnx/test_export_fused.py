@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from mmseg_cann.ops import upsample_add, upsample_argmax
-from tests.conftest import make_input
+from tests._helpers import make_input
 
 pytest.importorskip('onnxruntime')
 pytest.importorskip('onnxscript')

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from mmseg_cann import CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d, CANNUpsample
-from mmseg_cann.ops import geometry as geo
-from tests.conftest import AWKWARD_SHAPES, UPSAMPLE_SETTINGS, make_input, setting_id
+from mmseg_cann.core import geometry as geo
+from tests._helpers import AWKWARD_SHAPES, UPSAMPLE_SETTINGS, Many, make_input, setting_id
 
 pytest.importorskip('onnxruntime')
 pytest.importorskip('onnxscript')
@@ -23,17 +23,6 @@ SIZE_SHAPES = AWKWARD_SHAPES + [((5, 4), (1, 1)), ((9, 9), (1, 3))]
 #: (input, scale_factor): integer ratios, non-integer ratios, a kept axis
 SCALE_CASES = [((7, 7), 1.5), ((3, 5), 2), ((9, 11), 0.6), ((5, 7), (1.1, 1.0)),
                ((2, 2), 41), ((6, 5), 2.5)]
-
-
-class Many(torch.nn.Module):
-    """Applies module ``i`` to input ``i``: many cases in one exported graph."""
-
-    def __init__(self, modules):
-        super().__init__()
-        self.m = torch.nn.ModuleList(modules)
-
-    def forward(self, *inputs):
-        return tuple(m(x) for m, x in zip(self.m, inputs))
 
 
 def _unexportable(setting, in_hw, kwargs) -> bool:

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mmseg_cann import ops
-from mmseg_cann.ops import geometry as geo
-from mmseg_cann.ops import reference as ref
+from mmseg_cann.core import geometry as geo
+from mmseg_cann.core import reference as ref
 
 #: raise with HYPOTHESIS_EXAMPLES=2000 for a longer local hunt
 SETTINGS = settings(max_examples=int(os.environ.get('HYPOTHESIS_EXAMPLES', '60')), deadline=None,

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tests.conftest import run_python
+from tests._helpers import run_python
 
 
 @pytest.mark.slow
@@ -38,7 +38,7 @@ def test_numba_workspace_is_counted_as_peak_memory():
     import torch
     from mmseg_cann.backends import numba_cpu
     from mmseg_cann.ops.fused import upsample_argmax
-    from tests.conftest import REPO_ROOT
+    from tests._helpers import REPO_ROOT
     if not numba_cpu.available():
         pytest.skip('numba is not installed')
     sys.path.insert(0, REPO_ROOT + '/tools')
@@ -57,7 +57,7 @@ def test_benchmark_rejects_unknown_case():
 def test_peak_extra_bytes_counts_temporaries_not_the_result():
     import sys
     import torch
-    from tests.conftest import REPO_ROOT
+    from tests._helpers import REPO_ROOT
     sys.path.insert(0, REPO_ROOT + '/tools')
     import importlib
     bench = importlib.import_module('benchmark')

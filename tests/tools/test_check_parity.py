@@ -1,7 +1,7 @@
 """``tools/check_parity.py`` end to end, as a user runs it."""
 import json
 
-from ..conftest import run_python
+from tests._helpers import run_python
 
 
 def test_cli_quick_run_writes_json(tmp_path):
@@ -36,7 +36,7 @@ def test_cli_shows_plans_for_an_assumed_chip(tmp_path):
 
 def test_cpu_table_has_no_plan_column():
     import torch
-    from mmseg_cann.utils import parity
+    from mmseg_cann.analysis import parity
     cases = parity.build_cases(quick=True)[:3]
     table = parity.format_table(parity.run_all(cases, torch.device('cpu'), [torch.float32]))
     assert 'plan' not in table.splitlines()[0].split()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import run_python
+from tests._helpers import run_python
 
 pytest.importorskip('onnxruntime')
 
@@ -21,7 +21,7 @@ def _no_download(text):
 def test_shipped_cityscapes_pspnet_export_verified(tmp_path):
     out = tmp_path / 'psp.onnx'
     # the shipped config through --cfg-options with a ResNet-18 trunk (the R50 export
-    # takes ~55 s here, over the suite's time budget; the README records the R50 run)
+    # takes ~55 s here, over the suite's time budget; docs/benchmarks.md records the R50 run)
     result = run_python(['tools/export_onnx.py', SHIPPED_PSPNET, '--shape', '64', '128',
                          '--out', str(out), '--verify', '--cfg-options',
                          'model.backbone.depth=18', 'model.decode_head.in_channels=512',
@@ -96,7 +96,7 @@ def tool(monkeypatch):
     import importlib
     import sys
 
-    from tests.conftest import REPO_ROOT
+    from tests._helpers import REPO_ROOT
     monkeypatch.syspath_prepend(REPO_ROOT + '/tools')
     sys.modules.pop('export_onnx', None)
     return importlib.import_module('export_onnx')

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from ..conftest import run_python
+from tests._helpers import run_python
 
 SMALL_PSPNET = """_base_ = 'mmseg::pspnet/pspnet_r50-d8_4xb2-40k_cityscapes-512x1024.py'
 norm_cfg = dict(type='BN', requires_grad=True)

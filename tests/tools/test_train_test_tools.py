@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ..conftest import run_python
+from tests._helpers import run_python
 
 DEMO = 'configs/medical/unet-s5-d16_fcn_cann_1xb4-300iter_synthetic-drive-64x64.py'
 SHORT = ['train_cfg.max_iters=4', 'train_cfg.val_interval=4',

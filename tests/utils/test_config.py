@@ -4,7 +4,7 @@ from mmengine.config import Config
 from mmseg_cann.utils.config import (set_data_root, shrink_for_cpu, use_cpu_distributed,
                                      use_cpu_optim_wrapper)
 
-from ..models_fixtures import load_config
+from tests._helpers import load_config
 
 
 def test_set_data_root_reaches_wrapped_datasets():

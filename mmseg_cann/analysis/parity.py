@@ -39,7 +39,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
-from ..ops import reference as ref
+from ..core import reference as ref
 from ..ops.pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from ..ops.upsample import upsample
 
@@ -50,7 +50,7 @@ TOLERANCES: Dict[torch.dtype, float] = {
     torch.bfloat16: 1.6e-2,
 }
 
-#: (input H, W) -> (output H, W): the shapes that catch indexing bugs (DESIGN.md 2.1)
+#: (input H, W) -> (output H, W): the shapes that catch indexing bugs (docs/design.md 2.1)
 AWKWARD_UPSAMPLE_SHAPES: List[Tuple[Tuple[int, int], Tuple[int, int]]] = [
     ((1, 1), (2, 2)), ((3, 5), (4, 7)), ((7, 7), (8, 8)), ((1, 6), (3, 13)),
     ((6, 1), (13, 3)), ((9, 11), (4, 5)), ((5, 7), (5, 7)), ((4, 3), (32, 24)),
@@ -145,7 +145,7 @@ def build_cases(quick: bool = False) -> List[Case]:
 
 
 def _pool_valid(hw, kw) -> bool:
-    from ..ops import geometry as geo
+    from ..core import geometry as geo
     try:
         geo.pool_spec(hw, geo.check_pool_args(kw['kernel_size'], kw['stride'], kw['padding'],
                                               kw['dilation'], kw['ceil_mode']))

@@ -1,7 +1,7 @@
 """The parity checker's case list and its judgement."""
 import torch
 
-from mmseg_cann.utils import parity
+from mmseg_cann.analysis import parity
 
 
 def test_case_list_covers_every_mode_and_op():

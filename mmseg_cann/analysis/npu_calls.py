@@ -2,7 +2,7 @@
 
 :func:`plan_for_call` takes the keyword arguments of :func:`mmseg_cann.ops.upsample`,
 ``max_pool2d``, ``avg_pool2d`` or ``adaptive_avg_pool2d``, resolves them with
-:mod:`mmseg_cann.ops.geometry` and the precision policy exactly as the op would, and
+:mod:`mmseg_cann.core.geometry` and the precision policy exactly as the op would, and
 returns the :class:`~.npu_plan.Plan` the NPU backend would run for that input on
 ``caps`` (default: the input's device). ``tools/check_parity.py --device npu`` and
 ``tools/profile_ops.py`` report these plans.
@@ -14,11 +14,11 @@ from typing import Optional
 
 import torch
 
-from ..ops import geometry as geo
-from ..precision import resolve_compute_dtype
-from .npu import plan_for
-from .npu_device import DeviceCaps, device_caps
-from .npu_plan import Plan
+from ..core import geometry as geo
+from ..core.precision import resolve_compute_dtype
+from ..backends.npu import plan_for
+from ..backends.npu_device import DeviceCaps, device_caps
+from ..backends.npu_plan import Plan
 
 _FAMILY = {'upsample': 'upsample', 'max_pool2d': 'max', 'avg_pool2d': 'avg',
            'adaptive_avg_pool2d': 'avg'}

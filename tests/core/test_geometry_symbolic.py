@@ -1,4 +1,4 @@
-"""Symbolic sizes through :mod:`mmseg_cann.ops.geometry`: the size-independent
+"""Symbolic sizes through :mod:`mmseg_cann.core.geometry`: the size-independent
 decisions against brute force over sizes, and the symbolic output sizes (``torch.export``
 with dynamic height/width, sizes arrive as ``SymInt``) evaluated at other sizes against
 the concrete rules."""
@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from mmseg_cann.ops import geometry as geo
+from mmseg_cann.core import geometry as geo
 
 
 def test_ceil_mode_may_drop_is_exactly_the_size_dependent_case():

@@ -2,7 +2,7 @@
 
 Used by the tests and by ``tools/check_parity.py`` to judge every backend. Nothing
 here calls ``F.interpolate`` or a ``F.*pool*`` function: interpolation is a product
-with per-axis weight matrices built from :mod:`mmseg_cann.ops.geometry`, pooling a
+with per-axis weight matrices built from :mod:`mmseg_cann.core.geometry`, pooling a
 loop over the window taps. Everything is differentiable (plain tensor ops in float64).
 
 All functions take any floating or integer tensor and return a float64 tensor on the
@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 from . import geometry as geo
-from .inputs import FLOATING_DTYPES, INTEGER_DTYPES, check_input
+from .taps import pool_divisors, pool_first_taps
+from .validation import FLOATING_DTYPES, INTEGER_DTYPES, check_input
 
 NEAREST_RULES = ('pytorch', 'exact')
 
@@ -187,10 +188,7 @@ def max_pool2d_from_spec(input: torch.Tensor, spec: geo.PoolSpec, return_indices
     n, c, h, w = x.shape
     oh, ow = spec.out_size
     best = torch.full((n, c, oh, ow), -math.inf, dtype=torch.float64, device=x.device)
-    rows0 = torch.tensor([geo.first_valid_tap(o, h, spec.stride[0], spec.pad_begin[0],
-                                              spec.dilation[0]) for o in range(oh)])
-    cols0 = torch.tensor([geo.first_valid_tap(o, w, spec.stride[1], spec.pad_begin[1],
-                                              spec.dilation[1]) for o in range(ow)])
+    rows0, cols0 = (torch.tensor(t) for t in pool_first_taps(spec))
     index = (rows0[:, None] * w + cols0[None, :]).to(x.device).expand(n, c, oh, ow).clone()
     for rows, row_ok in _window_taps(spec, 0):
         for cols, col_ok in _window_taps(spec, 1):
@@ -225,11 +223,8 @@ def avg_pool2d_from_spec(input: torch.Tensor, spec: geo.PoolSpec, count_include_
     if divisor_override is not None:
         divisor = torch.tensor(float(divisor_override), dtype=torch.float64)
     else:
-        per_axis = [torch.tensor([geo.avg_divisor(o, spec.in_size[a], spec.kernel[a],
-                                                  spec.stride[a], spec.pad_begin[a],
-                                                  spec.pad_end[a], count_include_pad)
-                                  for o in range(spec.out_size[a])], dtype=torch.float64)
-                    for a in range(2)]
+        per_axis = [torch.tensor(t, dtype=torch.float64)
+                    for t in pool_divisors(spec, count_include_pad)]
         divisor = per_axis[0][:, None] * per_axis[1][None, :]
     out = total / divisor.to(x.device)
     return out.squeeze(0) if squeezed else out

@@ -9,12 +9,12 @@ from torch import nn
 import mmseg_cann
 from mmseg_cann import (CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d, CANNUpsample,
                         ops, precision_policy, set_precision_policy)
-from mmseg_cann.ops import reference as ref
-from mmseg_cann.precision import (PrecisionPolicy, normalize_precision,
+from mmseg_cann.core import reference as ref
+from mmseg_cann.core.precision import (PrecisionPolicy, normalize_precision,
                                   resolve_compute_dtype)
-from mmseg_cann.utils.precision_report import error_in_ulps, fp16_accumulating_avg_pool
+from mmseg_cann.analysis.precision_report import error_in_ulps, fp16_accumulating_avg_pool
 
-from .conftest import make_input
+from tests._helpers import make_input
 
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
 
@@ -162,7 +162,7 @@ def test_backward_follows_policy(setting, family, ours, plain):
 
 
 # ----------------------------------------------------------------------------------
-# error bounds (DESIGN.md 2.2): fp32 averaging is within 1 ulp of float64
+# error bounds (docs/design.md 2.2): fp32 averaging is within 1 ulp of float64
 # ----------------------------------------------------------------------------------
 AVG_WINDOWS = [(3, 3), (7, 7), (15, 15), (31, 31), (64, 128)]
 

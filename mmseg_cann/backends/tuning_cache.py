@@ -42,7 +42,7 @@ def default_cache_path() -> str:
 
 def library_versions() -> Dict[str, str]:
     """Versions a tuning result depends on: torch, mmseg_cann, torch_npu (or '-')."""
-    from ..backends.npu_device import torch_npu_module
+    from .npu_device import torch_npu_module
     from ..version import __version__
     npu = torch_npu_module()
     return {'torch': torch.__version__, 'mmseg_cann': __version__,

@@ -1,9 +1,12 @@
-"""Validation of tensor inputs (rank, emptiness, dtype) shared by every op."""
+"""Validation shared by every op: tensor inputs (rank, emptiness, dtype) and the
+argument checks that are not geometry (divisor override, fused-op modes)."""
 from __future__ import annotations
 
 from typing import Sequence
 
 import torch
+
+from . import geometry as geo
 
 FLOATING_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
@@ -38,3 +41,36 @@ def check_input(input, name: str, *, ranks: Sequence[int], integer_dtypes=()) ->
     if any(isinstance(d, int) and d == 0 for d in input.shape[-3:]):
         raise ValueError(f'{name}: channel and spatial dimensions must be non-empty, got '
                          f'shape {tuple(input.shape)} (only the batch dimension may be 0)')
+
+
+def check_divisor_override(divisor_override) -> None:
+    """``divisor_override`` is None or a non-zero int."""
+    if divisor_override is None:
+        return
+    if isinstance(divisor_override, bool) or not geo._is_int(divisor_override):
+        raise TypeError(f'divisor_override must be None or a non-zero int, got '
+                        f'{divisor_override!r}')
+    if int(divisor_override) == 0:
+        raise ValueError('divisor_override must be None or a non-zero int, got 0')
+
+
+def check_fused_mode(name: str, mode, align_corners):
+    """Validate the mode of a fused op; returns ``align_corners`` as the geometry takes it."""
+    if not isinstance(mode, str) or mode not in geo.FUSED_MODES:
+        raise ValueError(f'{name}: mode must be one of {geo.FUSED_MODES}, got {mode!r}')
+    if align_corners is not None and not isinstance(align_corners, bool):
+        raise TypeError(f'{name}: align_corners must be None, True or False, '
+                        f'got {align_corners!r}')
+    if mode in geo.NEAREST_MODES:
+        if align_corners:
+            raise ValueError(f'{name}: align_corners=True is only meaningful for '
+                             f"mode='bilinear', got mode={mode!r}")
+        align_corners = None  # the default False means "not set" for nearest modes
+    return align_corners
+
+
+def is_channels_last(x: torch.Tensor) -> bool:
+    """Whether ``x`` is a 4-D tensor whose strides are unambiguously channels_last (NHWC):
+    the layout PyTorch's kernels (and ours) then keep for their output."""
+    return (x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
+            and not x.is_contiguous())

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mmseg_cann.ops import geometry as geo
-from mmseg_cann.ops import reference as ref
+from mmseg_cann.core import geometry as geo
+from mmseg_cann.core import reference as ref
 
 
 @pytest.mark.parametrize('ceil_mode', [False, True])
@@ -70,7 +70,7 @@ def test_upsample_output_size_rules():
 
 
 def test_source_coordinates_examples():
-    # DESIGN.md 2.1: 2 -> 4
+    # docs/design.md 2.1: 2 -> 4
     step = geo.coordinate_scale(2, 4, True, None)
     assert [geo.linear_source_coordinate(d, step, True, False) for d in range(4)] == \
         pytest.approx([0, 1 / 3, 2 / 3, 1])

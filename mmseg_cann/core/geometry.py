@@ -37,6 +37,8 @@ UPSAMPLE_MODES = ('nearest', 'nearest-exact', 'bilinear', 'bicubic', 'area')
 #: modes that interpolate (take ``align_corners`` and ``antialias``)
 INTERPOLATING_MODES = ('bilinear', 'bicubic')
 NEAREST_MODES = ('nearest', 'nearest-exact')
+#: modes of the fused decoder ops (``upsample_add``, ``upsample_argmax``)
+FUSED_MODES = NEAREST_MODES + ('bilinear',)
 PADDING_STRINGS = ('valid', 'same', 'same_upper', 'same_lower')
 #: Keys cubic-convolution coefficient used by PyTorch (and CANN) bicubic.
 CUBIC_A = -0.75
@@ -317,15 +319,19 @@ def adaptive_bin(index: int, in_size: int, out_size: int) -> Tuple[int, int]:
     return start, end
 
 
+def keys_cubic(x: float, a: float) -> float:
+    """The Keys cubic-convolution kernel with coefficient ``a`` at distance ``x``."""
+    x = abs(x)
+    if x <= 1.0:
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+    if x < 2.0:
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return 0.0
+
+
 def cubic_weights(t: float, a: float = CUBIC_A) -> Tuple[float, float, float, float]:
     """Keys cubic-convolution weights of the taps at offsets -1, 0, 1, 2 for fraction t."""
-    def near(x):  # |x| <= 1
-        return ((a + 2) * x - (a + 3)) * x * x + 1
-
-    def far(x):  # 1 < |x| < 2
-        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-
-    return far(t + 1), near(t), near(1 - t), far(2 - t)
+    return keys_cubic(t + 1, a), keys_cubic(t, a), keys_cubic(1 - t, a), keys_cubic(2 - t, a)
 
 
 def antialias_filter(x: float, mode: str) -> float:
@@ -333,12 +339,7 @@ def antialias_filter(x: float, mode: str) -> float:
     x = abs(x)
     if mode == 'bilinear':
         return 1.0 - x if x < 1.0 else 0.0
-    a = CUBIC_A_ANTIALIAS
-    if x < 1.0:
-        return ((a + 2) * x - (a + 3)) * x * x + 1
-    if x < 2.0:
-        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-    return 0.0
+    return keys_cubic(x, CUBIC_A_ANTIALIAS)
 
 
 def antialias_support(step: float, mode: str) -> float:

@@ -1,6 +1,6 @@
 """Errors of reduced-precision upsampling and pooling against a float64 reference.
 
-Builds the table behind the README's precision section (``tools/precision_report.py``):
+Builds the table behind docs/precision.md (``tools/precision_report.py``):
 for fp16 and bf16 inputs, each op is computed under every precision setting and, for
 average pooling, by an emulated fp16-accumulating kernel (a running sum rounded to
 fp16 after every addition, then multiplied by an fp16 weight ``1/(kH*kW)``, which is
@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 from ..ops import adaptive_avg_pool2d, avg_pool2d, max_pool2d, upsample
-from ..ops import reference as ref
+from ..core import reference as ref
 
 POLICY_VALUES = ('input', 'fp32', 'fp16', 'bf16')
 EMULATED = 'fp16-accumulate (emulated)'

@@ -7,8 +7,17 @@ import pytest
 import torch
 from mmengine.logging import HistoryBuffer
 
-import mmseg_cann  # noqa: F401  (installs the allow-list)
-from mmseg_cann.utils.checkpoint import history_buffer_method
+from mmseg_cann.engine.checkpoint import allow_mmengine_checkpoints, history_buffer_method
+
+
+@pytest.fixture(autouse=True)
+def _mmengine_allow_list():
+    """The allow-list for these tests only (importing mmseg_cann does not install it)."""
+    saved = torch.serialization.get_safe_globals()
+    allow_mmengine_checkpoints()
+    yield
+    torch.serialization.clear_safe_globals()
+    torch.serialization.add_safe_globals(saved)
 
 
 def _roundtrip(obj):

@@ -4,8 +4,10 @@ mmengine 0.10.7 checkpoints carry, besides tensors, the message hub's
 ``HistoryBuffer`` objects and numpy arrays/scalars (log histories, metric values). With
 ``weights_only=True`` (torch's default since 2.6) those globals are refused. Instead of
 turning ``weights_only`` off, which would let a checkpoint run arbitrary code,
-:func:`allow_mmengine_checkpoints` allow-lists exactly these classes. Importing
-``mmseg_cann`` calls it.
+:func:`allow_mmengine_checkpoints` allow-lists exactly these classes. The code paths
+that load checkpoints call it (the tools, :class:`~mmseg_cann.engine.CANNOpsHook` when it is
+built); importing ``mmseg_cann`` does not, so a process that never loads an mmengine
+checkpoint keeps torch's safe globals unchanged.
 
 ``HistoryBuffer`` pickles its statistics methods (``min``, ``max``, ``mean``, ...) as
 ``getattr(HistoryBuffer, 'min')``. Allowing the builtin ``getattr`` would let a file read
