@@ -2,7 +2,8 @@
 """Export an mmseg model with the CANN ops to ONNX (for Ascend ATC), check and verify it.
 
     python tools/export_onnx.py CONFIG [CHECKPOINT] --shape H W --out FILE
-        [--opset N] [--dynamic [--verify-shape H W ...]] [--verify] [--simplify]
+        [--target onnx|atc] [--atc SOC [--gears H,W ...]] [--opset N]
+        [--dynamic [--verify-shape H W ...]] [--verify] [--simplify]
         [--cfg-options k=v ...]
 
 Builds the model from CONFIG (SyncBN as BN; without CHECKPOINT no pretrained weights are
@@ -20,6 +21,16 @@ it) and ``--verify`` then also checks two other input sizes (or the
 ``--verify-shape`` ones). The config's
 ``CANNOpsHook`` (training/testing runtime) plays no part: the tool converts the model
 itself and the export backend translates every CANN op.
+
+``--target atc`` writes only node forms whose meaning Ascend's ATC compiler keeps
+(fixed shapes; ``--gears`` exports one graph per size) and ``--verify`` then runs the
+graph as ATC's parser reads it (``mmseg_cann.onnx.atc_reading``). ``--atc SOC`` (e.g.
+``Ascend910B``) names the graph's nodes, writes ``<out>.keep_dtype.txt`` beside the model
+(the nodes that average, so ATC's default ``force_fp16`` keeps them in fp32 as the
+precision policy's ``avg='fp32'`` does), lists nodes ATC would run on the AI CPU and
+prints the ``atc`` command; with ``--dynamic`` the command uses
+``--dynamic_image_size`` with the ``--gears`` sizes, and ``--verify`` reads the graph as
+ATC does at each gear. See docs/deploying_to_ascend.md.
 """
 from __future__ import annotations
 
@@ -65,10 +76,28 @@ def parse_args(argv=None):
     parser.add_argument('--verify', action='store_true')
     parser.add_argument('--simplify', action='store_true',
                         help='slim the graph with onnxslim (verified like the export)')
+    parser.add_argument('--target', choices=['onnx', 'atc'], default='onnx',
+                        help="'atc': only forms ATC reads as PyTorch computes (default onnx)")
+    parser.add_argument('--atc', metavar='SOC',
+                        help='print the ATC command for this --soc_version and write the '
+                             'keep_dtype file (e.g. Ascend910B)')
+    parser.add_argument('--gears', nargs='+', type=_gear, metavar='H,W',
+                        help='input sizes: ATC gears with --dynamic, one export each with '
+                             '--target atc')
     parser.add_argument('--atol', type=float, default=1e-4)
     parser.add_argument('--min-agree', type=float, default=0.999)
     add_cfg_options(parser)
     return parser.parse_args(argv)
+
+
+def _gear(text: str):
+    try:
+        h, w = (int(v) for v in text.split(','))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'a gear is H,W (two positive integers), got {text!r}')
+    if h < 1 or w < 1:
+        raise argparse.ArgumentTypeError(f'a gear is H,W (two positive integers), got {text!r}')
+    return h, w
 
 
 def build_model(config: str, checkpoint=None, cfg_options=None):
@@ -144,53 +173,128 @@ def dynamic_verification_shapes(h, w, given=None):
     return [(2, 3, h + 32, w - 32 if w > 64 else w + 32), (1, 3, h + 16, w + 48)]
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    from mmseg_cann.onnx import export_onnx, node_summary, verify_onnx
-    model = build_model(args.config, args.checkpoint, args.cfg_options)
-    h, w = args.shape
-    example = torch.randn(1, 3, h, w)
+def avg_precision(config: str, cfg_options=None):
+    """The ``avg`` precision the model runs with: the config's ``CANNOpsHook``
+    ``pool_precision`` if it sets one, else the process-wide policy's."""
+    from mmseg_cann import get_precision_policy
+    from mmseg_cann.core.precision import normalize_precision
+    cfg = load_config(config, cfg_options)
+    for hook in cfg.get('custom_hooks', []) or []:
+        if hook.get('type') == 'CANNOpsHook' and hook.get('pool_precision'):
+            if 'avg' in hook['pool_precision']:
+                return normalize_precision(hook['pool_precision']['avg'])
+    return get_precision_policy().avg
+
+
+def export_one(args, model, shape, out):
+    """Export at ``shape``; returns the ModelProto, or None after printing the refusal."""
+    from mmseg_cann.onnx import export_onnx
     try:
-        proto = export_onnx(model, example, args.out, opset=args.opset,
-                            dynamic=args.dynamic, output_names=['logits'],
-                            simplify=args.simplify)
+        return export_onnx(model, torch.randn(shape), out, opset=args.opset,
+                           dynamic=args.dynamic, output_names=['logits'],
+                           simplify=args.simplify, target=args.target)
     except ValueError as exc:  # an unexportable op or setting, explained
         print(f'export failed: {exc}', file=sys.stderr)
+        return None
+
+
+def report_atc(args, proto, out, shape) -> None:
+    """Name nodes, write the keep_dtype file, warn about AI CPU nodes, print the command."""
+    import os
+
+    import onnx
+
+    from mmseg_cann.onnx.atc import ai_cpu_nodes, atc_command, keep_dtype_nodes, name_nodes
+    name_nodes(proto)
+    onnx.save(proto, out)
+    keep_file = None
+    if avg_precision(args.config, args.cfg_options) == torch.float32:
+        keep = keep_dtype_nodes(proto)
+        if keep:
+            keep_file = os.path.splitext(out)[0] + '.keep_dtype.txt'
+            with open(keep_file, 'w') as f:
+                f.write('\n'.join(keep) + '\n')
+            print(f'wrote {keep_file}: {len(keep)} averaging node(s) kept in fp32 under '
+                  "ATC's force_fp16 (the precision policy's avg='fp32')")
+    for line in ai_cpu_nodes(proto):
+        print('warning: ' + line)
+    gears = args.gears if args.dynamic else None
+    stem = os.path.splitext(out)[0]
+    print('ATC command:')
+    print('  ' + atc_command(out, stem, args.atc, proto.graph.input[0].name, shape,
+                             keep_dtype_file=keep_file, gears=gears))
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from mmseg_cann.onnx import node_summary
+    model = build_model(args.config, args.checkpoint, args.cfg_options)
+    if args.gears and not (args.dynamic or args.target == 'atc'):
+        print('export failed: --gears needs --dynamic (ATC gears of one dynamic graph) or '
+              '--target atc (one fixed-shape graph per gear)', file=sys.stderr)
         return 2
-    if args.dynamic:
-        from mmseg_cann.onnx.export import dynamic_dims
-        print('dynamic input dims (N, C, H, W): ' + '; '.join(
-            str(d) for d in dynamic_dims(proto)))
-    print(f'exported {args.out} (opset {args.opset}, '
-          f'{"dynamic" if args.dynamic else "fixed"} shape, '
-          f'{"simplified with onnxslim, " if args.simplify else ""}'
-          f'{len(proto.graph.node)} nodes); onnx.checker: ok')
-    print('Resize / pooling nodes:')
-    for line in node_summary(proto):
-        print('  ' + line)
-    if not args.verify:
-        return 0
-    shapes = [(1, 3, h, w)]
-    if args.dynamic:
-        shapes += dynamic_verification_shapes(h, w, args.verify_shapes)
+    if args.dynamic and args.gears and not args.atc:
+        print('export failed: --gears with --dynamic is for the ATC command; add --atc SOC',
+              file=sys.stderr)
+        return 2
+    exports = [((1, 3, *args.shape), args.out)]
+    if args.target == 'atc' and args.gears:
+        import os
+        stem, ext = os.path.splitext(args.out)
+        exports = [((1, 3, gh, gw), f'{stem}_{gh}x{gw}{ext}') for gh, gw in args.gears]
     ok = True
-    for shape in shapes:
-        for name, x in zip(('random', 'synthetic'), verification_inputs(shape)):
+    for shape, out in exports:
+        proto = export_one(args, model, shape, out)
+        if proto is None:
+            return 2
+        if args.dynamic:
+            from mmseg_cann.onnx.export import dynamic_dims
+            print('dynamic input dims (N, C, H, W): ' + '; '.join(
+                str(d) for d in dynamic_dims(proto)))
+        print(f'exported {out} (target {args.target}, opset {args.opset}, '
+              f'{"dynamic" if args.dynamic else "fixed"} shape, '
+              f'{"simplified with onnxslim, " if args.simplify else ""}'
+              f'{len(proto.graph.node)} nodes); onnx.checker: ok')
+        print('Resize / pooling nodes:')
+        for line in node_summary(proto):
+            print('  ' + line)
+        if args.atc:
+            report_atc(args, proto, out, shape)
+        if args.verify:
+            ok &= verify(args, model, proto, shape)
+    if args.verify:
+        print('verification ' + ('passed' if ok else f'FAILED (atol {args.atol}, min '
+                                                      f'agreement {args.min_agree})'))
+    return 0 if ok else 1
+
+
+def verify(args, model, proto, shape) -> bool:
+    """Compare onnxruntime with PyTorch (as ATC reads the graph with --target atc or
+    --atc) at the export's size and, for a dynamic graph, more sizes."""
+    from mmseg_cann.onnx import verify_onnx
+    reading = 'atc' if (args.target == 'atc' or args.atc) else 'onnx'
+    shapes = [shape]
+    if args.dynamic:
+        h, w = shape[2:]
+        shapes += ([(1, 3, gh, gw) for gh, gw in args.gears] if args.gears else
+                   dynamic_verification_shapes(h, w, args.verify_shapes))
+    ok = True
+    for size in shapes:
+        for name, x in zip(('random', 'synthetic'), verification_inputs(size)):
+            label = f'verify {name:<9} input {tuple(size)}' + (
+                ' (as ATC reads it)' if reading == 'atc' else '')
             try:
-                (r,) = verify_onnx(proto, model, [x])
-            except Exception as exc:  # PyTorch or onnxruntime rejects this size
+                (r,) = verify_onnx(proto, model, [x], target=reading)
+            except Exception as exc:  # PyTorch, onnxruntime or ATC's reading rejects it
                 ok = False
-                print(f'verify {name:<9} input {tuple(shape)}: FAILED ({type(exc).__name__}: '
+                print(f'{label}: FAILED ({type(exc).__name__}: '
                       f'{str(exc).strip().splitlines()[0] if str(exc).strip() else ""})')
                 continue
             good = r['max_abs'] <= args.atol and r['argmax_agree'] >= args.min_agree
             ok &= good
-            print(f'verify {name:<9} input {tuple(shape)}: max abs error {r["max_abs"]:.3g}, '
-                  f'argmax agreement {100 * r["argmax_agree"]:.4f}% '
-                  f'{"ok" if good else "FAILED"}')
-    print('verification ' + ('passed' if ok else f'FAILED (atol {args.atol}, min agreement '
-                                                  f'{args.min_agree})'))
-    return 0 if ok else 1
+            print(f'{label}: max abs error {r["max_abs"]:.3g}, argmax agreement '
+                  f'{100 * r["argmax_agree"]:.4f}% {"ok" if good else "FAILED"}')
+    return ok
 
 
 if __name__ == '__main__':

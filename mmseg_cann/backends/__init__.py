@@ -25,6 +25,9 @@ backends:
 ``'fused'``
     the fast fused decoder ops of :mod:`.fused` (numba kernels on CPU); the four plain
     ops run natively.
+``'portable'``
+    exact forms in plain aten ops that standard exporters (``torch.onnx.export``,
+    ``torch.export``) translate faithfully; what ``'auto'`` uses while they trace.
 ``'triton'``
     the Triton kernels of :mod:`mmseg_cann.kernels` (CUDA, Ascend through triton-ascend,
     CPU under ``TRITON_INTERPRET=1``).
@@ -37,7 +40,7 @@ import torch
 
 from ..core import export_mode
 from ..core import geometry as geo
-from . import auto, fused, native, npu, reference, tuned
+from . import auto, fused, native, npu, portable, reference, tuned
 from . import triton as triton_backend
 
 #: the ops every backend implements
@@ -114,18 +117,21 @@ def check_backend(name, op: str = 'upsample') -> str:
 
 def get_backend(name: str, op: str = 'upsample') -> object:
     """The backend for ``name``, validated for ``op``. While an ONNX export traces,
-    ``'auto'`` resolves to the export backend (:mod:`mmseg_cann.core.export_mode`)."""
+    ``'auto'`` resolves to the export backend (:mod:`mmseg_cann.core.export_mode`); while
+    a standard exporter traces, to :mod:`.portable`."""
     check_backend(name, op)
     if name == 'auto':
         exporting = export_mode.export_backend()
         if exporting is not None:
             return exporting
+        if export_mode.standard_export_tracing():
+            return portable
     return _REGISTRY[name]
 
 
 for _name, _backend in (('auto', auto), ('native', native), ('reference', reference),
                         ('npu', npu), ('tuned', tuned), ('fused', fused),
-                        ('triton', triton_backend)):
+                        ('portable', portable), ('triton', triton_backend)):
     register_backend(_name, _backend)
 del _name, _backend
 

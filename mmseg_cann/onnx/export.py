@@ -9,8 +9,10 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from ..core.export_mode import DEFAULT_OPSET
-from .ops import onnx_export_mode
+from ..core.export_mode import DEFAULT_OPSET, TARGETS, export_mode
+from . import atc_backend, ops
+from .atc import ATC_MAX_OPSET, atc_reading
+from .runtime import run_onnx
 from .translation import MIN_OPSET, translation_table
 
 #: ONNX ops whose attributes :func:`node_summary` prints
@@ -20,7 +22,8 @@ SUMMARY_OPS = ('Resize', 'MaxPool', 'AveragePool', 'GlobalAveragePool', 'GlobalM
 def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.Tensor, ...]],
                 path: Optional[Union[str, os.PathLike]] = None, *, opset: int = DEFAULT_OPSET,
                 dynamic: bool = False, input_names: Sequence[str] = ('input',),
-                output_names: Optional[Sequence[str]] = None, simplify: bool = False):
+                output_names: Optional[Sequence[str]] = None, simplify: bool = False,
+                target: str = 'onnx'):
     """Export ``model(*inputs)`` to ONNX and check it with ``onnx.checker``.
 
     Args:
@@ -28,7 +31,11 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
             ``backend='auto'`` are translated by :mod:`mmseg_cann.onnx.translation`.
         inputs: example ``(N, C, H, W)`` tensor(s).
         path: where to write the ``.onnx`` file (weights embedded), or None.
-        opset: ONNX opset, >= 17 (antialiasing needs 18).
+        opset: ONNX opset, >= 17 (antialiasing needs 18); at most 18 for ``'atc'``.
+        target: ``'onnx'`` -- standard ONNX ``Resize``/pool nodes whose meaning in
+            onnxruntime is PyTorch's; ``'atc'`` -- only forms whose meaning Ascend's ATC
+            compiler keeps (:mod:`.atc_backend`; static shapes, opset <= 18), checked
+            with :func:`mmseg_cann.onnx.atc.atc_reading`.
         dynamic: make batch, height and width of every input dynamic (symbolic). The
             graph then reproduces PyTorch for every input size; ``ValueError`` where an
             op's rule depends on the concrete size (see
@@ -45,6 +52,18 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
     import onnx
     if not isinstance(opset, int) or isinstance(opset, bool) or opset < MIN_OPSET:
         raise ValueError(f'opset must be an int >= {MIN_OPSET}, got {opset!r}')
+    if target not in TARGETS:
+        raise ValueError(f'target must be one of {TARGETS}, got {target!r}')
+    if target == 'atc':
+        if opset > ATC_MAX_OPSET:
+            raise ValueError(f"opset must be <= {ATC_MAX_OPSET} for target='atc' (ATC "
+                             f'registers the standard ONNX ops up to opset '
+                             f'{ATC_MAX_OPSET}), got {opset}')
+        if dynamic:
+            raise ValueError("target='atc' exports fixed shapes (its exact forms are "
+                             'constants of the traced sizes): export one graph per input '
+                             "size (tools/export_onnx.py --target atc --gears H,W ...), or "
+                             "use target='onnx' with dynamic=True")
     if isinstance(inputs, torch.Tensor):
         inputs = (inputs,)
     dynamic_shapes = None
@@ -55,7 +74,9 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
         auto = torch.export.Dim.AUTO
         dynamic_shapes = _per_argument(model, [{0: auto, 2: auto, 3: auto} for _ in inputs])
     model.eval()
-    with _quiet(), onnx_export_mode(opset), torch.no_grad(), _unwrapped_errors():
+    backend = atc_backend if target == 'atc' else ops
+    with _quiet(), export_mode(backend, opset, target), torch.no_grad(), \
+            _unwrapped_errors():
         program = torch.onnx.export(
             # fresh tensors: torch.export leaves dim markings on the tensors it traced,
             # which would make a later fixed-shape export of the same tensors symbolic
@@ -199,22 +220,15 @@ class _quiet:
         self._logger.setLevel(self._level)
 
 
-def run_onnx(model_proto, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
-    """Run the graph in onnxruntime (CPU, graph optimisations off: the graph as exported)."""
-    import onnxruntime as ort
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model_proto.SerializeToString(), options,
-                                   providers=['CPUExecutionProvider'])
-    feeds = {i.name: np.ascontiguousarray(a) for i, a in zip(session.get_inputs(), inputs)}
-    return session.run(None, feeds)
-
-
 def verify_onnx(model_proto, model: torch.nn.Module,
-                inputs: Sequence[Union[torch.Tensor, Tuple[torch.Tensor, ...]]]) -> List[Dict]:
+                inputs: Sequence[Union[torch.Tensor, Tuple[torch.Tensor, ...]]], *,
+                target: str = 'onnx') -> List[Dict]:
     """Compare onnxruntime with eager PyTorch on each input (tuple) of ``inputs``.
+
+    With ``target='atc'`` onnxruntime runs the graph as ATC's parser reads it
+    (:func:`mmseg_cann.onnx.atc.atc_reading`, at each input's size), so the comparison
+    shows what a deployment through ATC computes; an :class:`~.atc.AtcReadError` says
+    that ATC rejects the graph or reads it without a defined result.
 
     Returns one dict per input: ``max_abs`` (over all outputs), ``argmax_agree`` (fraction
     of pixels whose channel argmax agrees, first output) and ``shape``.
@@ -226,7 +240,12 @@ def verify_onnx(model_proto, model: torch.nn.Module,
         with torch.no_grad():
             expected = model(*item)
         expected = [expected] if isinstance(expected, torch.Tensor) else list(expected)
-        got = run_onnx(model_proto, [t.numpy() for t in item])
+        graph = model_proto
+        if target == 'atc':
+            names = [i.name for i in model_proto.graph.input
+                     if i.name not in {t.name for t in model_proto.graph.initializer}]
+            graph = atc_reading(model_proto, {n: tuple(t.shape) for n, t in zip(names, item)})
+        got = run_onnx(graph, [t.numpy() for t in item])
         max_abs = 0.0
         for e, g in zip(expected, got):
             e = e.numpy()

@@ -270,6 +270,19 @@ def upsample_argmax(logits: torch.Tensor, spec: geo.UpsampleSpec) -> torch.Tenso
     return upsample(logits, spec).argmax(1)
 
 
+def upsample_sizes_op(x: torch.Tensor, out_size: List[int], mode: str,
+                      align_corners: bool) -> torch.Tensor:
+    """A ``Resize`` to constant ``sizes``, coordinates mapped with ``in / out``."""
+    return _upsample_op(x, list(out_size), [0.0, 0.0], [0, 0], mode, _AC[align_corners],
+                        False)
+
+
+def max_pool_op(x: torch.Tensor, kernel: List[int], stride: List[int], padding: str,
+                pads: List[int], dilation: List[int], ceil_mode: bool) -> torch.Tensor:
+    """A ``MaxPool`` node with exactly these attributes (see :func:`_padding_fields`)."""
+    return _max_pool_op(x, kernel, stride, padding, pads, dilation, ceil_mode)
+
+
 def onnx_export_mode(opset: int = DEFAULT_OPSET):
     """Within this block, ``backend='auto'`` ops traced by ``torch.export`` become the
     ``mmseg_cann::*`` custom ops of this module. Eager calls are untouched."""

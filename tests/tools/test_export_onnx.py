@@ -201,3 +201,57 @@ def test_dynamic_export_refuses_specialised_graph():
             return upsample(x, size=(x.shape[2], int(x.shape[3]) + 1), mode='bilinear')
     with pytest.raises(ValueError, match='came out with fixed width'):
         export_onnx(ForcesWidth(), torch.randn(1, 2, 8, 8), dynamic=True)
+
+
+PSP_R18 = ['--cfg-options', 'model.backbone.depth=18', 'model.decode_head.in_channels=512',
+           'model.auxiliary_head.in_channels=256']
+
+
+@pytest.mark.slow
+def test_shipped_pspnet_atc_target_with_keep_dtype_and_command(tmp_path):
+    """--target atc --atc SOC: verified as ATC reads the graph, the averaging nodes of the
+    pyramid pooling listed for --keep_dtype, the atc command printed."""
+    out = tmp_path / 'psp_atc.onnx'
+    result = run_python(['tools/export_onnx.py', SHIPPED_PSPNET, '--shape', '64', '128',
+                         '--out', str(out), '--target', 'atc', '--atc', 'Ascend910B',
+                         '--verify'] + PSP_R18, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = result.stdout
+    assert 'target atc' in text and text.count('(as ATC reads it)') == 2
+    assert text.count('argmax agreement 100.0000%') == 2 and 'verification passed' in text
+    keep = tmp_path / 'psp_atc.keep_dtype.txt'
+    names = keep.read_text().split()
+    import onnx
+    proto = onnx.load(str(out))
+    types = {n.name: n.op_type for n in proto.graph.node}
+    assert names and all(types[n] in ('AveragePool', 'GlobalAveragePool', 'ReduceMean',
+                                      'MatMul', 'Mul') for n in names)
+    assert sum(types[n] == 'GlobalAveragePool' for n in names) == 1  # the 1x1 bin
+    assert (f'atc --framework=5 --model={out} --output={tmp_path / "psp_atc"} '
+            f'--soc_version=Ascend910B --input_shape=input:1,3,64,128 '
+            f'--keep_dtype={keep}') in text
+
+
+@pytest.mark.slow
+def test_atc_gears(tmp_path):
+    """--target atc --gears: one fixed-shape graph per size; --dynamic --atc --gears: the
+    --dynamic_image_size command, the dynamic graph verified as ATC reads it per gear."""
+    out = tmp_path / 'unet.onnx'
+    result = run_python(['tools/export_onnx.py', SHIPPED_UNET, '--shape', '64', '64',
+                         '--out', str(out), '--target', 'atc', '--gears', '64,64', '32,48',
+                         '--verify'], timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / 'unet_64x64.onnx').exists() and (tmp_path / 'unet_32x48.onnx').exists()
+    assert result.stdout.count('(as ATC reads it)') == 4
+    result = run_python(['tools/export_onnx.py', SHIPPED_UNET, '--shape', '64', '64',
+                         '--out', str(out), '--dynamic', '--atc', 'Ascend310P3', '--gears',
+                         '64,64', '32,48', '--verify'], timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert '--input_shape=input:1,3,-1,-1 --dynamic_image_size=64,64;32,48' in result.stdout
+    assert result.stdout.count('(as ATC reads it)') == 6  # traced size + two gears
+
+
+def test_gears_without_a_target_for_them_exit_2(tmp_path):
+    result = run_python(['tools/export_onnx.py', SHIPPED_UNET, '--shape', '64', '64',
+                         '--out', str(tmp_path / 'u.onnx'), '--gears', '64,64'], timeout=300)
+    assert result.returncode == 2 and '--gears needs --dynamic' in result.stderr
