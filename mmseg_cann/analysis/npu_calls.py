@@ -10,7 +10,7 @@ returns the :class:`~.npu_plan.Plan` the NPU backend would run for that input on
 from __future__ import annotations
 
 import inspect
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
@@ -37,16 +37,17 @@ def plan_for_call(op: str, input: torch.Tensor, kwargs: dict,
                   caps: Optional[DeviceCaps] = None) -> Plan:
     """The NPU plan for ``mmseg_cann.ops.<op>(input, **kwargs)`` on ``caps``.
 
-    Only ``input``'s shape, dtype, memory format and (for max pooling with indices on
-    an A2/A3 chip) whether it is finite are used; nothing runs on a device.
+    Only ``input``'s shape, dtype, memory format and, for max pooling, the data checks
+    the plan depends on (NaN/-Inf where the device returns real indices, the range of
+    int32/int64 input) are used; no op runs.
     """
     if op not in _FAMILY:
         raise ValueError(f'op must be one of {tuple(_FAMILY)}, got {op!r}')
     a = _bound(op, dict(kwargs))
     caps = caps if caps is not None else device_caps(input.device)
     dtype = resolve_compute_dtype(_FAMILY[op], a.get('precision'), input.dtype) or input.dtype
-    probe = torch.empty_strided(input.shape, input.stride(), dtype=dtype, device='meta') \
-        if not (op == 'max_pool2d' and a.get('return_indices')) else input.to(dtype)
+    probe = input.to(dtype) if op == 'max_pool2d' else \
+        torch.empty_strided(input.shape, input.stride(), dtype=dtype, device='meta')
     hw = input.shape[-2:]
     if op == 'upsample':
         args = geo.check_upsample_args(a['size'], a['scale_factor'], a['mode'],
@@ -64,3 +65,39 @@ def plan_for_call(op: str, input: torch.Tensor, kwargs: dict,
         return plan_for(op, probe, spec, caps=caps, return_indices=a['return_indices'])
     return plan_for(op, probe, spec, caps=caps, count_include_pad=a['count_include_pad'],
                     divisor_override=a['divisor_override'])
+
+
+#: what the device's max-pooling indices reveal about the kernel that ran
+_INDEX_KERNELS = {'int8 mask': 'aclnnMaxPool2dWithMask (the device returned an int8 mask; '
+                               'indices recomputed on the CPU)',
+                  'int32 indices': 'aclnnMaxPool2dWithIndices (the device returned int32 '
+                                   'indices)',
+                  'int64 indices': 'int64 indices from the device'}
+
+
+def kernel_from_indices(observed: Sequence[str]) -> str:
+    """The max-pooling kernel the device used, from what it returned as indices.
+
+    ``observed`` is what :func:`mmseg_cann.backends.npu.observe_device_indices` collected
+    for one call (``'int8 mask'``, ``'int32 indices'``...). Returns '' when nothing was
+    observed.
+    """
+    if not observed:
+        return ''
+    kinds = sorted(set(observed))
+    return '; '.join(_INDEX_KERNELS.get(kind, f'the device returned {kind}') for kind in kinds)
+
+
+def describe_observed(plan: Plan, observed: Sequence[str]) -> str:
+    """``plan.describe()`` with the kernel replaced by the one the device's indices reveal.
+
+    For max pooling with indices this reports what ran instead of the planner's
+    prediction; other plans are described as they are.
+    """
+    kernel = kernel_from_indices(observed)
+    if not kernel or plan.op != 'max_pool2d' or plan.on_cpu:
+        return plan.describe()
+    text = f'{plan.name} -> {kernel}'
+    if plan.fallback:
+        text += f' [fallback: {plan.fallback}]'
+    return text

@@ -18,8 +18,12 @@
    (matched through the profiler's ``sequence_nr``).
 
 Times are CPU times of the profiler ranges on CPU, device times on CUDA. On an NPU the
-tool synchronises around each site and uses wall-clock time (torch_npu has its own
-profiler; the aten ranges of ``torch.profiler`` only see kernel launches there).
+aten ranges of ``torch.profiler`` only see kernel launches (torch_npu has its own
+profiler), so the tool synchronises the device (``torch.npu.synchronize(device)``)
+around each site and uses wall-clock time, and synchronises inside the forward and
+backward ranges so that their totals include the device work. Per-site backward figures
+come from the autograd nodes' CPU ranges, which on an NPU hold only kernel launches:
+the report labels them as launch times there (``backward_site_times``).
 Bytes moved = input + output (+ int64 indices) bytes of one call; bandwidth = bytes / time.
 """
 from __future__ import annotations
@@ -233,13 +237,11 @@ class _RecordingBackend:
 
 
 def _synchronize(device) -> None:
+    """Wait for ``device``'s queued work (its own queue: the device is passed on)."""
     if device is None:
         return
-    device = torch.device(device)
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-    elif device.type == 'npu':
-        torch.npu.synchronize()
+    from ..backends.npu_device import synchronize
+    synchronize(device)
 
 
 # ----------------------------------------------------------------------------------
@@ -305,14 +307,20 @@ def profile_model(model: nn.Module, shape: Tuple[int, int], device: str, *, iter
     model.eval()  # BN running stats (batch 1 works); gradients still flow for --backward
     recorder = SiteRecorder(model, caps, sync=dev.type == 'npu').install()
 
+    sync_in_ranges = syncs_inside_ranges(dev.type)
+
     def step():
         recorder.new_iteration()
         recorder.calls.clear()
         with torch.profiler.record_function(FORWARD_RANGE):
             out = model.encode_decode(x, metas)
+            if sync_in_ranges:
+                _synchronize(dev)
         if backward:
             with torch.profiler.record_function(BACKWARD_RANGE):
                 out.float().mean().backward()
+                if sync_in_ranges:
+                    _synchronize(dev)
         return out
 
     try:
@@ -329,10 +337,25 @@ def profile_model(model: nn.Module, shape: Tuple[int, int], device: str, *, iter
                     per_iter_calls.append(list(recorder.calls))
     finally:
         recorder.remove()
-    return _summarize(prof.events(), per_iter_calls, dev, iters, backward, caps, shape, batch)
+    return _summarize(prof.events(), per_iter_calls, dev.type, str(dev), iters, backward, caps,
+                      shape, batch)
 
 
-def _summarize(events, per_iter_calls, dev, iters, backward, caps, shape, batch) -> dict:
+def syncs_inside_ranges(device_type: str) -> bool:
+    """Whether the forward/backward profiler ranges end with a device sync: on an NPU,
+    whose ranges would otherwise time only the kernel launches."""
+    return device_type == 'npu'
+
+
+def backward_site_times(device_type: str) -> str:
+    """What the per-site backward figures measure on ``device_type``: ``'launch'`` on an
+    NPU (autograd-node CPU ranges hold only kernel launches there), else ``'device'``
+    (CUDA device time) or ``'cpu'``."""
+    return {'npu': 'launch', 'cuda': 'device'}.get(device_type, 'cpu')
+
+
+def _summarize(events, per_iter_calls, device_type: str, device_name: str, iters, backward,
+               caps, shape, batch) -> dict:
     fwd_total = bwd_total = 0.0
     site_fwd: Dict[int, float] = {}
     seq_to_site: Dict[int, int] = {}
@@ -340,12 +363,12 @@ def _summarize(events, per_iter_calls, dev, iters, backward, caps, shape, batch)
     for evt in events:
         name = evt.name
         if name == FORWARD_RANGE:
-            fwd_total += _event_time_ms(evt, dev.type)
+            fwd_total += _event_time_ms(evt, device_type)
         elif name == BACKWARD_RANGE:
-            bwd_total += _event_time_ms(evt, dev.type)
+            bwd_total += _event_time_ms(evt, device_type)
         elif name.startswith(RANGE_PREFIX):
             index = int(name[len(RANGE_PREFIX):])
-            site_fwd[index] = site_fwd.get(index, 0.0) + _event_time_ms(evt, dev.type)
+            site_fwd[index] = site_fwd.get(index, 0.0) + _event_time_ms(evt, device_type)
             for child in _descendants(evt):
                 if getattr(child, 'sequence_nr', -1) >= 0:
                     seq_to_site[child.sequence_nr] = index
@@ -355,9 +378,9 @@ def _summarize(events, per_iter_calls, dev, iters, backward, caps, shape, batch)
     for evt in backward_nodes:
         index = seq_to_site.get(getattr(evt, 'sequence_nr', -1))
         if index is not None:
-            site_bwd[index] = site_bwd.get(index, 0.0) + _event_time_ms(evt, dev.type)
+            site_bwd[index] = site_bwd.get(index, 0.0) + _event_time_ms(evt, device_type)
     calls = per_iter_calls[-1]
-    if dev.type == 'npu':  # wall-clock times of synchronised sites
+    if device_type == 'npu':  # wall-clock times of synchronised sites
         site_fwd = {c.index: sum(it[c.index].wall_ms for it in per_iter_calls
                                  if len(it) > c.index) for c in calls}
     fwd_total, bwd_total = fwd_total / iters, bwd_total / iters
@@ -374,7 +397,8 @@ def _summarize(events, per_iter_calls, dev, iters, backward, caps, shape, batch)
             round(call.bytes / 1e6, 3),
             round(call.bytes / (fwd * 1e-3) / 1e9, 3) if fwd > 0 else 0.0))
     rows.sort(key=lambda r: -r.fwd_ms)
-    return {'device': str(dev), 'plans_for': str(caps), 'shape': list(shape), 'batch': batch,
+    return {'device': device_name, 'plans_for': str(caps), 'shape': list(shape), 'batch': batch,
+            'backward_site_times': backward_site_times(device_type) if backward else None,
             'iters': iters, 'forward_ms': round(fwd_total, 3),
             'backward_ms': round(bwd_total, 3) if backward else None,
             'sites_forward_share': round(sum(r.fwd_share for r in rows), 4),
@@ -384,8 +408,10 @@ def _summarize(events, per_iter_calls, dev, iters, backward, caps, shape, batch)
 def format_report(report: dict, max_plan: int = 60) -> str:
     """The report as a text table (sites sorted by forward time)."""
     backward = report['backward_ms'] is not None
+    launch = report.get('backward_site_times') == 'launch'
+    bwd = ['bwd launch ms', 'bwd launch %'] if launch else ['bwd ms', 'bwd %']
     header = ['site', 'op', 'input', 'output', 'dtype', 'fwd ms', 'fwd %'] + (
-        ['bwd ms', 'bwd %'] if backward else []) + ['MB', 'GB/s', 'plan']
+        bwd if backward else []) + ['MB', 'GB/s', 'plan']
     rows = [header]
     for s in report['sites']:
         plan = s['plan'] if len(s['plan']) <= max_plan else s['plan'][:max_plan - 3] + '...'
@@ -402,6 +428,9 @@ def format_report(report: dict, max_plan: int = 60) -> str:
              f"{100 * report['sites_forward_share']:.1f}% of the forward")
     if backward:
         total += f"; backward {report['backward_ms']:.2f} ms"
+        if launch:
+            total += (' (per-site backward figures are kernel launch times: the NPU runs '
+                      'asynchronously)')
     return '\n'.join(lines + ['', total])
 
 

@@ -30,18 +30,30 @@ For nearest modes the report also says which index rule the device follows:
 ``pytorch`` (float32 ``floorf(d * scale)``), ``exact`` (rational arithmetic), ``both``
 (the rules agree for that shape) or ``neither`` (a failure). PyTorch itself follows
 the float32 rule for float32/float16/bfloat16 input and double arithmetic for float64.
+
+Average pooling is also run with ``precision='input'`` (non-quick mode): the default
+policy averages fp16/bf16 in float32, which would hide a kernel that accumulates fp16 in
+fp16.
+
+On an NPU, ``plan_fn`` adds each case's plan, the kernel a max-pool call actually used (from
+the indices the device returned) and, with a tracer (:class:`.npu_trace.NpuTracer`), the
+kernels a profiler trace shows, checked against the plan's predictions.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import torch
 
+from ..backends.npu import observe_device_indices
+from ..backends.npu_plan import Plan
 from ..core import reference as ref
 from ..ops.pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from ..ops.upsample import upsample
+from .npu_calls import describe_observed, kernel_from_indices
+from .npu_trace import NpuTracer, describe_kernels, trace_verdict
 
 TOLERANCES: Dict[torch.dtype, float] = {
     torch.float64: 1e-12,
@@ -68,6 +80,9 @@ POOL_CONFIGS = [
     (3, 2, 'valid', 1, True),
 ]
 ADAPTIVE_SIZES = [1, 2, 3, 6, (5, 7)]
+#: average-pool configurations also run with precision='input' (non-quick mode)
+INPUT_PRECISION_AVG_CONFIGS = [(3, 2, 1, 1, False), (5, 2, 2, 1, True), (2, 2, 'same', 1, False)]
+INPUT_PRECISION_SHAPES = [(11, 6), (32, 64)]
 
 
 @dataclasses.dataclass
@@ -77,12 +92,18 @@ class Case:
     op: str
     variant: str
     in_shape: Tuple[int, ...]
-    kwargs: dict
+    kwargs: dict  # the call's arguments, which the reference takes too
     exact: bool = False  # values (and indices) must match bit for bit
+    op_kwargs: dict = dataclasses.field(default_factory=dict)  # op only (e.g. precision)
 
     @property
     def label(self) -> str:
         return f'{self.op}:{self.variant}'
+
+    @property
+    def call_kwargs(self) -> dict:
+        """Every keyword argument of the op call (``kwargs`` and ``op_kwargs``)."""
+        return dict(self.kwargs, **self.op_kwargs)
 
 
 @dataclasses.dataclass
@@ -98,6 +119,9 @@ class Result:
     rule: str = ''
     note: str = ''
     plan: str = ''
+    device_indices: str = ''  # what the device returned as max-pool indices (NPU)
+    kernels: Optional[List[str]] = None  # kernels a profiler trace shows (None: untraced)
+    trace: str = ''           # the trace checked against the plan: ok / MISMATCH / -
 
 
 def _pool_cfg_label(k, s, p, d, cm) -> str:
@@ -141,6 +165,25 @@ def build_cases(quick: bool = False) -> List[Case]:
         for hw in POOL_SHAPES[1:]:
             cases.append(Case('adaptive_avg_pool2d', f'out={out}', (2, 3) + hw,
                               dict(output_size=out)))
+    if not quick:
+        cases += _input_precision_avg_cases()
+    return cases
+
+
+def _input_precision_avg_cases() -> List[Case]:
+    """Average pooling in the input dtype (``precision='input'``): the kernels' own
+    fp16/bf16 accumulation, which the default float32 policy hides."""
+    cases = []
+    for k, s, p, d, cm in INPUT_PRECISION_AVG_CONFIGS:
+        for hw in INPUT_PRECISION_SHAPES:
+            kw = dict(kernel_size=k, stride=s, padding=p, ceil_mode=cm, count_include_pad=True)
+            if _pool_valid(hw, dict(kw, dilation=d)):
+                cases.append(Case('avg_pool2d', _pool_cfg_label(k, s, p, d, cm) +
+                                  ' cip=True precision=input', (2, 3) + hw, kw,
+                                  op_kwargs=dict(precision='input')))
+    for out in (1, (5, 7)):
+        cases.append(Case('adaptive_avg_pool2d', f'out={out} precision=input', (2, 3, 32, 64),
+                          dict(output_size=out), op_kwargs=dict(precision='input')))
     return cases
 
 
@@ -179,14 +222,30 @@ def ulp_at_one(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).eps
 
 
-def run_case(case: Case, device: torch.device, dtype: torch.dtype, seed: int = 0,
-             op_kwargs: Optional[dict] = None) -> Result:
-    """Run one case on ``device`` in ``dtype`` and judge it against the reference."""
+def case_input(case: Case, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
+    """The case's input: uniform in [-1, 1), drawn in float64 and rounded to ``dtype``."""
     gen = torch.Generator().manual_seed(seed)
     x64 = torch.rand(case.in_shape, generator=gen, dtype=torch.float64) * 2 - 1
-    x = x64.to(dtype)
+    return x64.to(dtype)
+
+
+def run_case(case: Case, device: torch.device, dtype: torch.dtype, seed: int = 0,
+             op_kwargs: Optional[dict] = None, tracer: Optional[NpuTracer] = None) -> Result:
+    """Run one case on ``device`` in ``dtype`` and judge it against the reference.
+
+    With a ``tracer`` the op call runs under its profiler and the kernels it ran are
+    kept in ``Result.kernels``; what the device returned as max-pool indices is kept in
+    ``Result.device_indices``.
+    """
+    x = case_input(case, dtype, seed)
     expected = REFERENCES[case.op](x.double(), **case.kwargs)
-    out = OPS[case.op](x.to(device), **case.kwargs, **(op_kwargs or {}))
+    kwargs = dict(case.call_kwargs, **(op_kwargs or {}))
+    kernels = None
+    with observe_device_indices() as observed:
+        if tracer is None:
+            out = OPS[case.op](x.to(device), **kwargs)
+        else:
+            out, kernels = tracer.trace(lambda: OPS[case.op](x.to(device), **kwargs), case.label)
     note = ''
     if isinstance(out, tuple):
         out, index = out
@@ -208,7 +267,8 @@ def run_case(case: Case, device: torch.device, dtype: torch.dtype, seed: int = 0
     tol = tolerance(case, dtype)
     passed = max_err <= tol and not note
     return Result(case.op, case.variant, _shape_label(case), str(dtype).replace('torch.', ''),
-                  max_err, max_err / ulp_at_one(dtype), tol, passed, rule, note)
+                  max_err, max_err / ulp_at_one(dtype), tol, passed, rule, note,
+                  device_indices=', '.join(observed), kernels=kernels)
 
 
 def _nearest_rule(out64: torch.Tensor, x: torch.Tensor, case: Case) -> str:
@@ -231,18 +291,47 @@ def _shape_label(case: Case) -> str:
     return shape
 
 
+PlanFn = Callable[[Case, torch.Tensor], Union[Plan, str]]
+
+
+def _fill_plan(result: Result, plan: Union[Plan, str], device: torch.device) -> None:
+    """The plan column and, with a trace, the verdict of the trace against the plan.
+
+    On an NPU a max-pool plan is described with the kernel the device's indices reveal
+    (``kernel_from_indices``), not the planner's prediction.
+    """
+    if isinstance(plan, str):
+        result.plan = plan
+        return
+    observed = result.device_indices.split(', ') if result.device_indices else []
+    on_npu = device.type == 'npu'
+    result.plan = describe_observed(plan, observed) if on_npu else plan.describe()
+    if result.kernels is not None:
+        verdict = trace_verdict(plan.expect, plan.forbid, result.kernels)
+        if on_npu and plan.op == 'max_pool2d' and kernel_from_indices(observed):
+            # the indices dtype names the entry that ran; the trace checks the kernel
+            verdict += f' ({kernel_from_indices(observed).split(" (")[0]})'
+        result.trace = verdict
+
+
 def run_all(cases: Iterable[Case], device: torch.device, dtypes: Iterable[torch.dtype],
-            op_kwargs: Optional[dict] = None,
-            plan_fn: Optional[Callable[[Case, torch.Tensor], str]] = None) -> List[Result]:
-    """Run every case in every dtype; ``plan_fn(case, input)`` fills the plan column."""
+            op_kwargs: Optional[dict] = None, plan_fn: Optional[PlanFn] = None,
+            tracer: Optional[NpuTracer] = None) -> List[Result]:
+    """Run every case in every dtype.
+
+    ``plan_fn(case, input)`` returns the case's plan (a :class:`Plan`, or a string for
+    the column as it is), called with the case's actual input on ``device``; with a
+    ``tracer`` every call is traced and checked against its plan.
+    """
     results = []
     for dtype in dtypes:
         for i, case in enumerate(cases):
             try:
-                results.append(run_case(case, device, dtype, seed=i, op_kwargs=op_kwargs))
+                results.append(run_case(case, device, dtype, seed=i, op_kwargs=op_kwargs,
+                                        tracer=tracer))
                 if plan_fn is not None:
-                    probe = torch.zeros(case.in_shape, dtype=dtype)
-                    results[-1].plan = plan_fn(case, probe)
+                    _fill_plan(results[-1], plan_fn(case, case_input(case, dtype, i).to(device)),
+                               device)
             except (RuntimeError, NotImplementedError) as exc:  # kernel missing on device
                 results.append(Result(case.op, case.variant, _shape_label(case),
                                       str(dtype).replace('torch.', ''), math.inf, math.inf,
@@ -252,16 +341,21 @@ def run_all(cases: Iterable[Case], device: torch.device, dtypes: Iterable[torch.
 
 
 def format_table(results: List[Result], failures_only: bool = False) -> str:
+    """The results as a text table; ``plan``, ``kernels`` and ``trace`` columns appear
+    when any result has them. ``failures_only`` keeps failing rows and trace mismatches."""
     with_plan = any(r.plan for r in results)
+    with_trace = any(r.kernels is not None for r in results)
     header = ('op', 'variant', 'shape', 'dtype', 'max abs err', 'ulp@1', 'tol', 'rule') + (
-        ('plan',) if with_plan else ()) + ('result',)
+        ('plan',) if with_plan else ()) + (('kernels', 'trace') if with_trace else ()) + (
+        'result',)
     rows = [header]
     for r in results:
-        if failures_only and r.passed:
+        if failures_only and r.passed and not r.trace.startswith('MISMATCH'):
             continue
         rows.append((r.op, r.variant, r.shape, r.dtype, f'{r.max_abs_err:.3g}',
                      f'{r.max_ulp_err:.3g}', f'{r.tolerance:.3g}', r.rule) +
                     ((r.plan,) if with_plan else ()) +
+                    ((describe_kernels(r.kernels or []), r.trace) if with_trace else ()) +
                     ('pass' if r.passed else f'FAIL {r.note}'.strip(),))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
     lines = ['  '.join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
@@ -278,4 +372,6 @@ def summarize(results: List[Result]) -> Dict[str, object]:
         g['max_abs_err'] = max(g['max_abs_err'], r.max_abs_err)
     rules = sorted({r.rule for r in results if r.rule})
     return {'total': len(results), 'failed': sum(not r.passed for r in results),
-            'groups': by_group, 'nearest_rules_seen': rules}
+            'groups': by_group, 'nearest_rules_seen': rules,
+            'traced': sum(r.kernels is not None for r in results),
+            'trace_mismatches': sum(r.trace.startswith('MISMATCH') for r in results)}

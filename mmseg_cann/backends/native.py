@@ -87,7 +87,17 @@ def _unpad_indices(values: torch.Tensor, padded_index: torch.Tensor,
     Padded cells hold the lowest value, so they never win against an input cell; a
     window whose input cells are all the lowest value (``-inf``) takes PyTorch's
     default index, the window's first in-bounds tap.
+
+    Only real indices are mapped: int32/int64 tensors of the output's shape (int32 from
+    torch_npu's ``aclnnMaxPool2dWithIndices``). Anything else, such as the int8 mask of
+    ``aclnnMaxPool2dWithMask`` (shape ``(N, C, kh*kw, (ceil(oh*ow/16)+1)*32)``), is
+    returned unchanged for the caller to recognise (the NPU executor recomputes
+    PyTorch's indices on the CPU then).
     """
+    if padded_index.dtype not in (torch.int32, torch.int64) or \
+            padded_index.shape != values.shape:
+        return padded_index
+    padded_index = padded_index.long()
     (h, w), (top, left) = spec.in_size, spec.pad_begin
     padded_w = w + left + spec.pad_end[1]
     rows = torch.div(padded_index, padded_w, rounding_mode='floor') - top

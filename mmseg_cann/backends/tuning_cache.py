@@ -41,12 +41,20 @@ def default_cache_path() -> str:
 
 
 def library_versions() -> Dict[str, str]:
-    """Versions a tuning result depends on: torch, mmseg_cann, torch_npu (or '-')."""
-    from .npu_device import torch_npu_module
+    """Versions a tuning result depends on: torch, mmseg_cann, torch_npu (or '-').
+
+    With torch_npu, also whether ``TORCH_NPU_USE_COMPATIBLE_IMPL=1`` is set: it changes
+    the kernels torch_npu 26.x runs (e.g. max pooling with indices), so results
+    measured with and without it are kept apart.
+    """
+    from .npu_device import ENV_COMPATIBLE_IMPL, torch_npu_module
     from ..version import __version__
     npu = torch_npu_module()
-    return {'torch': torch.__version__, 'mmseg_cann': __version__,
-            'torch_npu': getattr(npu, '__version__', '-') if npu is not None else '-'}
+    versions = {'torch': torch.__version__, 'mmseg_cann': __version__,
+                'torch_npu': getattr(npu, '__version__', '-') if npu is not None else '-'}
+    if npu is not None:
+        versions['compatible_impl'] = os.environ.get(ENV_COMPATIBLE_IMPL, '').strip() or '-'
+    return versions
 
 
 def section_key(device_name: str, versions: Optional[Dict[str, str]] = None) -> str:

@@ -47,3 +47,26 @@ def test_detects_wrong_indices():
     finally:
         parity.OPS['max_pool2d'] = original
     assert not result.passed and 'indices' in result.note
+
+
+def test_full_run_averages_in_the_input_dtype_too():
+    # the default 'fp32' policy would hide a kernel that accumulates fp16 in fp16
+    full = [c for c in parity.build_cases() if c.op_kwargs.get('precision') == 'input']
+    assert {c.op for c in full} == {'avg_pool2d', 'adaptive_avg_pool2d'}
+    assert not [c for c in parity.build_cases(quick=True) if c.op_kwargs]
+    assert all('precision' not in c.kwargs and c.call_kwargs['precision'] == 'input'
+               for c in full)
+
+
+def test_op_only_arguments_reach_the_op_but_not_the_reference():
+    case = next(c for c in parity.build_cases() if c.op_kwargs.get('precision') == 'input'
+                and c.op == 'avg_pool2d')
+    seen = {}
+    original = parity.OPS['avg_pool2d']
+    try:
+        parity.OPS['avg_pool2d'] = lambda x, **kw: seen.update(kw) or original(x, **kw)
+        result = parity.run_case(case, torch.device('cpu'), torch.float16)
+    finally:
+        parity.OPS['avg_pool2d'] = original
+    assert seen['precision'] == 'input' and result.passed
+    assert result.kernels is None and result.device_indices == ''

@@ -147,8 +147,87 @@ def test_timing_runs_do_not_count_as_fallbacks(cache_dir, monkeypatch):
     reset_fallbacks()
     x = make_input((1, 2, 8, 8))
     ops.upsample(x, size=(16, 16), mode='bilinear', backend='tuned')
-    # the planner's (fallback) plan is timed 4 times; only a real call may count, and only
-    # when the tuner picked that plan
+    # the planner's (fallback) plan, the user's size call, is timed 4 times; only a real
+    # call may count, and only when the tuner picked that plan
     (entry,) = _entries(cache_dir)[1].values()
-    expected = 1 if entry['plan'] == 'size' else 0
+    expected = 1 if entry['plan'] == 'native' else 0
     assert sum(fallback_counts().values()) == expected
+
+
+def test_candidates_that_raise_are_rejected(cache_dir, monkeypatch):
+    original = tuned.npu.execute_upsample
+
+    def refuse_scale_calls(plan, x, spec):
+        if plan.call == 'scales':
+            raise RuntimeError('the device kernel rejects this call form')
+        return original(plan, x, spec)
+
+    monkeypatch.setattr(tuned.npu, 'execute_upsample', refuse_scale_calls)
+    x = make_input((1, 3, 16, 32))
+    out = ops.upsample(x, size=(128, 256), mode='bilinear', backend='tuned')
+    assert torch.equal(out, ops.upsample(x, size=(128, 256), mode='bilinear', backend='native'))
+    (entry,) = _entries(cache_dir)[1].values()
+    assert {'scales:8.0x8.0', 'scales:8.0x8.0:to_channels_last'} <= set(entry['rejected'])
+    assert 'raised RuntimeError' in entry['rejected_why']['scales:8.0x8.0']
+    assert entry['plan'] in entry['times_ms'] and not entry['plan'].startswith('scales')
+
+
+def test_a_candidate_set_that_all_raises_reraises(cache_dir):
+    from mmseg_cann.backends.npu_plan import Plan
+    x = make_input((1, 1, 4, 4))
+
+    def run(plan):
+        raise ValueError(f'no kernel for {plan.name}')
+
+    with pytest.raises(ValueError, match='no kernel for native'):
+        tuned.choose('upsample', 'key', x, [Plan('upsample'), Plan('upsample', 'size')], run)
+
+
+def test_tuning_a_device_that_returns_a_mask(cache_dir, monkeypatch):
+    # issue 16, defect 1: with return_indices and SAME padding the tuner ran call forms
+    # whose device result is torch_npu's int8 mask, and unpadding it raised
+    import math
+    import torch.nn.functional as F
+    from mmseg_cann.backends import npu
+    from mmseg_cann.backends.npu_device import DeviceCaps
+    real = F.max_pool2d
+    calls = []
+
+    def device_then_cpu(input, kernel_size, stride=None, padding=0, dilation=1,
+                        ceil_mode=False, return_indices=False):
+        # every device call answers with a mask; the executor's CPU recomputation that
+        # follows each one gets PyTorch's answer
+        result = real(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+        calls.append(return_indices)
+        if not return_indices or len(calls) % 2 == 0:
+            return result
+        values, _ = result
+        n, c, oh, ow = values.shape
+        return values, torch.zeros((n, c, 4, (math.ceil(oh * ow / 16) + 1) * 32),
+                                   dtype=torch.int8)
+
+    from mmseg_cann.utils import fallback_counts, reset_fallbacks
+    plan_for = npu.plan_for
+    monkeypatch.setattr(npu, 'plan_for', lambda op, x, spec=None, **kw: plan_for(
+        op, x, spec, caps=DeviceCaps.npu('A2'), **kw))
+    monkeypatch.setattr(F, 'max_pool2d', device_then_cpu)
+    reset_fallbacks()
+    x = make_input((1, 2, 9, 9))
+    values, index = ops.max_pool2d(x, 2, 2, 'same', return_indices=True, backend='tuned')
+    monkeypatch.setattr(F, 'max_pool2d', real)
+    ref = ops.max_pool2d(x, 2, 2, 'same', return_indices=True, backend='native')
+    assert torch.equal(values, ref[0]) and torch.equal(index, ref[1])
+    (entry,) = _entries(cache_dir)[1].values()
+    assert entry['plan'] in entry['times_ms'] and 'rejected_why' in entry
+    assert len(calls) > 10  # every candidate ran, each device call answered with a mask
+    assert [n for (_, reason), n in fallback_counts().items() if 'a mask' in reason] == [1]
+
+
+def test_timing_synchronizes_the_device_it_timed(monkeypatch):
+    import types
+    from mmseg_cann.backends import npu_device
+    seen = []
+    fake = types.SimpleNamespace(npu=types.SimpleNamespace(synchronize=seen.append))
+    monkeypatch.setattr(npu_device, 'torch_npu_module', lambda: fake)
+    tuned._sync('npu:2')
+    assert seen == ['npu:2']

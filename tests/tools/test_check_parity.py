@@ -30,8 +30,15 @@ def test_cli_shows_plans_for_an_assumed_chip(tmp_path):
     assert 'plan' in header
     plans = [r['plan'] for r in json.loads(out.read_text())['results']]
     assert all(plans)
-    assert any('scale exactly 2.0' in p for p in plans)  # 1x1 -> 2x2 bilinear
+    assert any('scales (2.0, 2.0) are excluded' in p for p in plans)  # 1x1 -> 2x2 bilinear
     assert any(p.startswith('mean') for p in plans)      # adaptive pooling to 1x1
+    assert any('aclnnMaxPool2dWithMask' in p for p in plans)  # what max_pool2d runs on A2
+
+
+def test_cli_trace_needs_the_npu():
+    result = run_python(['tools/check_parity.py', '--quick', '--trace'])
+    assert result.returncode != 0
+    assert '--trace needs --device npu' in result.stderr
 
 
 def test_cpu_table_has_no_plan_column():
