@@ -32,7 +32,7 @@ def parse_args(argv=None):
     parser.add_argument('--backward', action='store_true', help='also profile the backward')
     parser.add_argument('--json', metavar='OUT', help='write the report as JSON')
     parser.add_argument('--plot', metavar='OUT.png', help='write a bar chart')
-    parser.add_argument('--assume-chip', choices=['A1', '310P', 'A2', 'A3', '310B'],
+    parser.add_argument('--assume-chip', choices=['A1', '310P', 'A2', 'A3', '310B', '950'],
                         help='show plans for this Ascend generation instead of the device')
     args = parser.parse_args(argv)
     if args.iters < 1 or args.batch < 1:
