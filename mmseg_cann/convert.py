@@ -132,6 +132,8 @@ class ConversionReport:
     """What :func:`convert_model` replaced, by module path and by type."""
 
     replaced: List[Tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    #: (path, type, reason): modules kept because their settings have no CANN module
+    kept: List[Tuple[str, str, str]] = dataclasses.field(default_factory=list)
     resize_modules: List[str] = dataclasses.field(default_factory=list)
     fusion: object = None  # mmseg_cann.fusion.FusionReport when an option asked for it
 
@@ -146,6 +148,8 @@ class ConversionReport:
             lines.append(f'  {count:4d} x {kind}')
         for path, old, new in self.replaced:
             lines.append(f'    {path or "<root>"}: {old} -> {new}')
+        for path, old, reason in self.kept:
+            lines.append(f'    {path or "<root>"}: {old} kept ({reason})')
         if self.fusion is not None and str(self.fusion):
             lines.append(str(self.fusion))
         return '\n'.join(lines)
@@ -245,18 +249,26 @@ def convert_model(model: nn.Module, *, upsample: bool = True, pooling: bool = Tr
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f'model must be an nn.Module, got {type(model).__name__}')
-    _pool_precision_entry(pool_precision, 'max')
+    for key in ('max', 'avg'):  # validated before any module changes
+        _pool_precision_entry(pool_precision, key)
     normalize_precision(upsample_precision, 'upsample_precision')
     inner = unwrap_model(model)
     report = ConversionReport()
     for path, module in list(inner.named_modules()):
         for child_name, child in list(module.named_children()):
-            new = _replacement(child, upsample, pooling, pool_precision, upsample_precision)
+            full = f'{path}.{child_name}' if path else child_name
+            try:
+                new = _replacement(child, upsample, pooling, pool_precision,
+                                   upsample_precision)
+            except (TypeError, ValueError) as exc:
+                # settings PyTorch accepts when building a module but no CANN module takes
+                # (PyTorch would fail when it runs): keep the module as it is
+                report.kept.append((full, type(child).__name__, str(exc)))
+                continue
             if new is None:
                 continue
             new.train(child.training)
             setattr(module, child_name, new)
-            full = f'{path}.{child_name}' if path else child_name
             report.replaced.append((full, type(child).__name__, type(new).__name__))
     if resize:
         report.resize_modules = route_resize()

@@ -29,9 +29,14 @@ untouched) and undone by :func:`unfuse_model`:
     rescales), mmseg resizes twice; for that image the intermediate logits are made and
     only the final resize is fused. Labels equal mmseg's except at near-ties of the top
     two classes (the contract of ``upsample_argmax``). Segmentors other than
-    ``EncoderDecoder`` (or subclasses overriding its predict path), ``slide`` mode,
-    single-channel (threshold) heads and decode heads overriding ``predict`` keep mmseg's
-    ``predict``.
+    ``EncoderDecoder`` (or subclasses overriding its predict path), single-channel
+    (threshold) heads and decode heads overriding ``predict`` keep mmseg's ``predict``.
+
+    In ``slide`` test mode the crops' logits are accumulated in place into one full-size
+    tensor (mmseg pads each crop's logits to full size before adding) and divided in
+    place; the labels are the argmax of those logits (cropped and un-flipped), through
+    ``upsample_argmax`` when ``ori_shape`` differs. Labels equal mmseg's; the samples
+    carry ``pred_sem_seg`` only (no ``seg_logits``).
 """
 from __future__ import annotations
 
@@ -193,17 +198,17 @@ def _lean_predict(self, inputs, data_samples=None):
     """``EncoderDecoder.predict`` with the labels from ``upsample_argmax`` (see module doc)."""
     from mmengine.structures import PixelData
     from mmseg.structures import SegDataSample
-    if self.test_cfg.get('mode', 'whole') != 'whole':
+    mode = self.test_cfg.get('mode', 'whole')
+    if mode not in ('whole', 'slide') or self.out_channels == 1:
         return type(self).predict(self, inputs, data_samples)
     if data_samples is not None:
         metas = [s.metainfo for s in data_samples]
     else:
         metas = [dict(ori_shape=inputs.shape[2:], img_shape=inputs.shape[2:],
                       pad_shape=inputs.shape[2:], padding_size=[0, 0, 0, 0])] * inputs.shape[0]
+    if mode == 'slide':
+        return _lean_slide_predict(self, inputs, metas, data_samples)
     low = self.decode_head.forward(self.extract_feat(inputs))
-    if low.shape[1] == 1:  # threshold heads: mmseg's path on the same logits
-        full = self.decode_head.predict_by_feat(low, metas)
-        return self.postprocess_result(full, data_samples)
     size = _logits_size(metas)
     align = self.align_corners
     keep = getattr(self, '_cann_keep_logits', False)
@@ -236,6 +241,62 @@ def _lean_predict(self, inputs, data_samples=None):
             data['seg_logits_low'] = PixelData(data=low[i])
         sample.set_data(data)
     return samples
+
+
+def _slide_logits(self, inputs: torch.Tensor, metas) -> torch.Tensor:
+    """``EncoderDecoder.slide_inference`` accumulating in place: each crop's logits are
+    added into their window of one full-size tensor (mmseg pads every crop's logits to
+    the full size first), then divided in place by the window counts. Same values."""
+    h_stride, w_stride = self.test_cfg.stride
+    h_crop, w_crop = self.test_cfg.crop_size
+    batch_size, _, h_img, w_img = inputs.size()
+    h_grids = max(h_img - h_crop + h_stride - 1, 0) // h_stride + 1
+    w_grids = max(w_img - w_crop + w_stride - 1, 0) // w_stride + 1
+    preds = inputs.new_zeros((batch_size, self.out_channels, h_img, w_img))
+    count_mat = inputs.new_zeros((batch_size, 1, h_img, w_img))
+    for h_idx in range(h_grids):
+        for w_idx in range(w_grids):
+            y1, x1 = h_idx * h_stride, w_idx * w_stride
+            y2, x2 = min(y1 + h_crop, h_img), min(x1 + w_crop, w_img)
+            y1, x1 = max(y2 - h_crop, 0), max(x2 - w_crop, 0)
+            crop_img = inputs[:, :, y1:y2, x1:x2]
+            metas[0]['img_shape'] = crop_img.shape[2:]  # as mmseg does
+            preds[:, :, y1:y2, x1:x2] += self.encode_decode(crop_img, metas)
+            count_mat[:, :, y1:y2, x1:x2] += 1
+    if bool((count_mat == 0).any()):
+        raise RuntimeError('slide inference left pixels without a window: check '
+                           'test_cfg crop_size and stride')
+    return preds.div_(count_mat)
+
+
+def _lean_slide_predict(self, inputs, metas, data_samples):
+    """Slide-mode ``predict``: in-place logits accumulation (:func:`_slide_logits`), then
+    labels straight from them: the argmax of the cropped, un-flipped logits when they
+    already have ``ori_shape`` (mmseg's resize to the same size copies them), otherwise
+    :func:`mmseg_cann.ops.upsample_argmax` -- no second full-size tensor."""
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    logits = _slide_logits(self, inputs, metas)
+    samples = data_samples if data_samples is not None else \
+        [SegDataSample() for _ in range(logits.shape[0])]
+    for i, sample in enumerate(samples):
+        t = logits[i:i + 1]
+        if data_samples is not None:
+            t = _crop_flip(t, metas[i])
+            ori = tuple(int(v) for v in metas[i]['ori_shape'][:2])
+        else:
+            ori = tuple(t.shape[-2:])
+        if tuple(t.shape[-2:]) == ori:
+            pred = t.argmax(1)
+        else:
+            pred = upsample_argmax(t, ori, 'bilinear', self.align_corners)
+        sample.set_data({'pred_sem_seg': PixelData(data=pred)})
+    return samples
+
+
+def is_lean(model: nn.Module) -> bool:
+    """Whether :func:`lean_predict` is bound on ``model``."""
+    return 'predict' in getattr(model, '_cann_fused', ())
 
 
 def lean_predict(model: nn.Module, keep_logits: bool = False,

@@ -15,6 +15,11 @@ Usage::
 
     python tools/benchmark.py [--device cpu|cuda|npu] [--cases all|smoke|NAME ...]
                               [--repeats 5] [--no-compile] [--json OUT]
+
+The ``infer_*`` cases run mmseg's whole-model prediction, plain and converted with the
+lean prediction path: Fast-SCNN (a 19-class Cityscapes model) on one 1024x2048 image in
+``whole`` mode, and UNet-S5-D16 (16 base channels) on one HRF-size 2336x3504 image in
+``slide`` mode (one timed call each).
 """
 from __future__ import annotations
 
@@ -48,6 +53,8 @@ class Case:
     #: bytes moved by the op (reads + writes), for the bandwidth column
     nbytes: Optional[Callable[[tuple, object], int]] = None
     compile: bool = True
+    #: timed calls for cases too slow for --repeats (whole-model inference)
+    repeats: Optional[int] = None
 
 
 def _rand(shape, dtype, device, channels_last=False, seed=0):
@@ -148,6 +155,68 @@ def _pspnet_case(name, hw):
     return Case(name, make, eager, {'mmseg_cann converted': converted}, compile=False)
 
 
+def _build_segmentor(base: str, overrides: Callable[[object], None]):
+    """An mmseg segmentor from ``mmseg::`` config ``base`` (BN for SyncBN, no pretrained
+    download), with ``overrides(cfg)`` applied, in eval mode with mmseg's seeded init."""
+    import os
+    import tempfile
+
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS
+
+    from mmseg_cann.utils.config import sync_bn_to_bn
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, 'cfg.py')
+        with open(path, 'w') as f:
+            f.write(f"_base_ = '{base}'\n")
+        cfg = Config.fromfile(path)
+    init_default_scope('mmseg')
+    sync_bn_to_bn(cfg.model)
+    cfg.model.pretrained = None
+    cfg.model.backbone.pop('init_cfg', None)
+    overrides(cfg)
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    return model.eval()
+
+
+def _inference_case(name, base, hw, overrides=lambda cfg: None):
+    """mmseg's ``predict`` on one ``hw`` image (labels and what mmseg keeps with them),
+    plain vs converted with the lean prediction path (mmseg_cann.apis' default). Peak
+    memory here includes what the returned samples hold (mmseg keeps full-resolution
+    ``seg_logits``; the lean path does not)."""
+    state = {}
+
+    def make(d):
+        from mmseg.structures import SegDataSample
+        model = _build_segmentor(base, overrides).to(d)
+        converted = mmseg_cann.convert_model(copy.deepcopy(model), resize=False,
+                                             lean_predict=True)
+        meta = dict(ori_shape=hw, img_shape=hw, pad_shape=hw, padding_size=[0, 0, 0, 0])
+        state.update(model=model, converted=converted, meta=meta, sample=SegDataSample)
+        return (_rand((1, 3) + hw, torch.float32, d),)
+
+    def predict(model, x):
+        samples = [state['sample'](metainfo=dict(state['meta']))]
+        with torch.no_grad():
+            return model.predict(x, samples)
+
+    def converted(x):
+        with mmseg_cann.convert.routed_resize():
+            return predict(state['converted'], x)
+    return Case(name, make, lambda x: predict(state['model'], x),
+                {'mmseg_cann converted, lean predict': converted}, compile=False, repeats=1)
+
+
+def _hrf_overrides(cfg):
+    # the demo's width (16 base channels) at HRF's real size and slide windows
+    cfg.model.backbone.base_channels = 16
+    cfg.model.decode_head.update(in_channels=16, channels=16)
+    cfg.model.auxiliary_head.update(in_channels=32, channels=16)
+
+
 N, C = 2, 256
 CASES = {c.name: c for c in [
     _upsample_case('bilinear2x_fp32_nchw', (N, C, 128, 256), (256, 512), 'bilinear'),
@@ -164,6 +233,10 @@ CASES = {c.name: c for c in [
     _pool_case('maxpool_3_2_1', (N, C, 128, 256), 'max'),
     _pool_case('avgpool_3_2_1', (N, C, 128, 256), 'avg'),
     _pspnet_case('pspnet_r18_forward', (256, 512)),
+    _inference_case('infer_fastscnn_cityscapes_whole',
+                    'mmseg::fastscnn/fast_scnn_8xb4-160k_cityscapes-512x1024.py', (1024, 2048)),
+    _inference_case('infer_unet_hrf_slide', 'mmseg::unet/unet-s5-d16_fcn_4xb4-40k_hrf-256x256.py',
+                    (2336, 3504), _hrf_overrides),
 ]}
 SMOKE = {c.name: c for c in [
     _upsample_case('smoke_bilinear2x', (1, 8, 16, 16), (32, 32), 'bilinear'),
@@ -242,7 +315,7 @@ def run_case(case: Case, device, repeats: int, use_compile: bool, ceiling: float
     rows = []
     with torch.no_grad():
         for label, fn in impls.items():
-            ms = median_time(fn, inputs, device, repeats)
+            ms = median_time(fn, inputs, device, case.repeats or repeats)
             mem = peak_extra_bytes(fn, inputs, device)
             row = dict(case=case.name, impl=label, ms=ms, peak_extra_mb=mem / 2**20)
             if case.nbytes is not None:

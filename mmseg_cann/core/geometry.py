@@ -33,6 +33,8 @@ import operator
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple, Union
 
+from .errors import ArgumentError
+
 UPSAMPLE_MODES = ('nearest', 'nearest-exact', 'bilinear', 'bicubic', 'area')
 #: modes that interpolate (take ``align_corners`` and ``antialias``)
 INTERPOLATING_MODES = ('bilinear', 'bicubic')
@@ -101,14 +103,14 @@ def int_pair(value, name: str, *, minimum: Optional[int] = None) -> Pair:
         if len(values) == 1:
             values = values * 2
         if len(values) != 2:
-            raise ValueError(f'{name} must be an int or a sequence of 2 ints, '
+            raise ArgumentError(f'{name} must be an int or a sequence of 2 ints, '
                              f'got {len(values)} values: {value!r}')
         items = tuple(_to_int(v, name) for v in values)
     else:
         raise TypeError(f'{name} must be an int or a sequence of 2 ints, '
                         f'got {value!r} ({type(value).__name__})')
     if minimum is not None and any(not is_symbolic(v) and v < minimum for v in items):
-        raise ValueError(f'{name} must be >= {minimum}, got {value!r}')
+        raise ArgumentError(f'{name} must be >= {minimum}, got {value!r}')
     return items  # type: ignore[return-value]
 
 
@@ -141,7 +143,7 @@ def float_pair(value, name: str) -> Tuple[float, float]:
                         f'got {value!r} ({type(value).__name__})')
     for v in items:
         if not math.isfinite(v) or v <= 0:
-            raise ValueError(f'{name} must be finite and > 0, got {value!r}')
+            raise ArgumentError(f'{name} must be finite and > 0, got {value!r}')
     return items  # type: ignore[return-value]
 
 
@@ -259,7 +261,7 @@ def upsample_spec(in_size: Sequence[int], args: UpsampleArgs) -> UpsampleSpec:
     scales = args.scale_factor
     out = tuple(upsample_output_size(i, s) for i, s in zip(in_hw, scales))
     if any(not is_symbolic(o) and o < 1 for o in out):
-        raise ValueError(f'scale_factor={scales} gives an empty output {out} for input '
+        raise ArgumentError(f'scale_factor={scales} gives an empty output {out} for input '
                          f'size {in_hw}; the output size floor(in * scale) must be >= 1')
     if args.recompute_scale_factor or args.mode == 'area':
         kernel_scales = (None, None)
@@ -445,8 +447,13 @@ def same_padding(in_size: int, kernel: int, stride: int, dilation: int,
 
 
 def check_pool_args(kernel_size, stride=None, padding=0, dilation=1,
-                    ceil_mode=False) -> PoolArgs:
-    """Validate input-independent pooling arguments (PyTorch's rules)."""
+                    ceil_mode=False, *, check_padding_limit: bool = True) -> PoolArgs:
+    """Validate input-independent pooling arguments (PyTorch's rules).
+
+    ``check_padding_limit=False`` skips the "padding at most half the kernel" rule, which
+    PyTorch's modules check only when they run (the CANN modules do the same: their
+    forward calls the ops, which check it).
+    """
     kernel = int_pair(kernel_size, 'kernel_size', minimum=1)
     if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0):
         stride_pair = kernel
@@ -463,8 +470,8 @@ def check_pool_args(kernel_size, stride=None, padding=0, dilation=1,
     else:
         norm_padding = int_pair(padding, 'padding', minimum=0)
         for p, k in zip(norm_padding, kernel):
-            if p > k // 2:
-                raise ValueError(f'padding must be at most half the kernel size '
+            if check_padding_limit and p > k // 2:
+                raise ArgumentError(f'padding must be at most half the kernel size '
                                  f'(pad <= kernel_size // 2), got padding={padding!r} '
                                  f'for kernel_size={kernel_size!r}')
     return PoolArgs(kernel, stride_pair, norm_padding, dilation_pair, ceil_mode)
@@ -481,14 +488,14 @@ def pool_spec(in_size: Sequence[int], args: PoolArgs) -> PoolSpec:
         else:
             p = 0 if args.padding == 'valid' else args.padding[axis]  # type: ignore[index]
             if not is_symbolic(n) and n + 2 * p < effective_kernel(k, d):
-                raise ValueError(
+                raise ArgumentError(
                     f'kernel_size={args.kernel} with dilation={args.dilation} is larger '
                     f'than the padded input {tuple(i + 2 * q for i, q in zip(in_hw, [p, p]))} '
                     f'(input {in_hw}, padding {p}); the output would be empty')
             b = e = p
             o = pool_output_size(n, k, s, p, d, args.ceil_mode)
         if not is_symbolic(o) and o < 1:
-            raise ValueError(f'pooling input {in_hw} with kernel_size={args.kernel}, '
+            raise ArgumentError(f'pooling input {in_hw} with kernel_size={args.kernel}, '
                              f'stride={args.stride}, padding={args.padding!r} gives an '
                              f'empty output')
         begin.append(b)
@@ -540,7 +547,7 @@ def adaptive_output_size(in_size: Sequence[int], output_size) -> Pair:
             continue
         v = _to_int(v, 'output_size')
         if v < 1:
-            raise ValueError(f'output_size must be >= 1, got {output_size!r}')
+            raise ArgumentError(f'output_size must be >= 1, got {output_size!r}')
         result.append(v)
     return tuple(result)  # type: ignore[return-value]
 

@@ -7,6 +7,7 @@ from typing import Sequence
 import torch
 
 from . import geometry as geo
+from .errors import ArgumentError
 
 FLOATING_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
@@ -23,14 +24,14 @@ def check_input(input, name: str, *, ranks: Sequence[int], integer_dtypes=()) ->
 
     Raises:
         TypeError: ``input`` is not a tensor, or has a dtype the op does not accept.
-        ValueError: wrong rank, or an empty channel or spatial dimension (an empty batch
-            is valid).
+        ArgumentError: (a ``ValueError`` and a ``RuntimeError``, as PyTorch raises) wrong
+            rank, or an empty channel or spatial dimension (an empty batch is valid).
     """
     if not isinstance(input, torch.Tensor):
         raise TypeError(f'{name}: input must be a torch.Tensor, got {type(input).__name__}')
     if input.dim() not in ranks:
         layouts = ' or '.join({3: '(C, H, W)', 4: '(N, C, H, W)'}[r] for r in ranks)
-        raise ValueError(f'{name}: input must be {layouts}, got a {input.dim()}-D tensor '
+        raise ArgumentError(f'{name}: input must be {layouts}, got a {input.dim()}-D tensor '
                          f'of shape {tuple(input.shape)}')
     if input.dtype not in FLOATING_DTYPES and input.dtype not in integer_dtypes:
         accepted = [str(d).replace('torch.', '') for d in FLOATING_DTYPES + tuple(integer_dtypes)]
@@ -39,7 +40,7 @@ def check_input(input, name: str, *, ranks: Sequence[int], integer_dtypes=()) ->
                         f'dtypes: {", ".join(accepted)}{hint}')
     # symbolic sizes (dynamic-shape export) are not compared: that would specialise them
     if any(isinstance(d, int) and d == 0 for d in input.shape[-3:]):
-        raise ValueError(f'{name}: channel and spatial dimensions must be non-empty, got '
+        raise ArgumentError(f'{name}: channel and spatial dimensions must be non-empty, got '
                          f'shape {tuple(input.shape)} (only the batch dimension may be 0)')
 
 
@@ -51,7 +52,7 @@ def check_divisor_override(divisor_override) -> None:
         raise TypeError(f'divisor_override must be None or a non-zero int, got '
                         f'{divisor_override!r}')
     if int(divisor_override) == 0:
-        raise ValueError('divisor_override must be None or a non-zero int, got 0')
+        raise ArgumentError('divisor_override must be None or a non-zero int, got 0')
 
 
 def check_fused_mode(name: str, mode, align_corners):

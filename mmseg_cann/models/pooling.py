@@ -47,7 +47,9 @@ class CANNMaxPool2d(nn.MaxPool2d):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
                  return_indices: bool = False, ceil_mode: bool = False, *, precision=None,
                  backend: str = 'auto') -> None:
-        geo.check_pool_args(kernel_size, stride, padding, dilation, ceil_mode)
+        # padding above half the kernel is an error when the module runs, as in PyTorch
+        geo.check_pool_args(kernel_size, stride, padding, dilation, ceil_mode,
+                            check_padding_limit=False)
         _check_extras(precision, backend)
         super().__init__(kernel_size, stride, padding, dilation, return_indices, ceil_mode)
         self.precision = precision
@@ -76,7 +78,8 @@ class CANNAvgPool2d(nn.AvgPool2d):
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                  count_include_pad: bool = True, divisor_override=None, *, precision=None,
                  backend: str = 'auto') -> None:
-        geo.check_pool_args(kernel_size, stride, padding, 1, ceil_mode)
+        geo.check_pool_args(kernel_size, stride, padding, 1, ceil_mode,
+                            check_padding_limit=False)
         check_divisor_override(divisor_override)
         _check_extras(precision, backend)
         super().__init__(kernel_size, stride, padding, ceil_mode, count_include_pad,
