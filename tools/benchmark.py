@@ -34,6 +34,7 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
+from _common import add_debug, check_output, run
 
 import mmseg_cann
 from mmseg_cann.backends import fused as fused_backend
@@ -352,7 +353,10 @@ def main(argv=None) -> int:
     parser.add_argument('--no-compile', action='store_true',
                         help='skip the torch.compile column')
     parser.add_argument('--json', help='write the rows as JSON to this file')
+    add_debug(parser)
     args = parser.parse_args(argv)
+    if args.json:
+        check_output(args.json, '--json')
     if args.device == 'npu':
         import torch_npu  # noqa: F401  (registers the device)
     device = torch.device(args.device)
@@ -385,4 +389,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(run(main, 'benchmark'))

@@ -31,7 +31,7 @@ import tempfile
 import time
 
 import torch
-from _common import resolve_device
+from _common import add_debug, check_output, resolve_device, run
 
 DTYPES = {'float64': torch.float64, 'float32': torch.float32, 'float16': torch.float16,
           'bfloat16': torch.bfloat16}
@@ -56,8 +56,11 @@ def parse_args(argv=None):
     parser.add_argument('--trace-dir', metavar='DIR',
                         help='where the traces go (implies --trace; default: a new '
                              'temporary folder)')
+    add_debug(parser)
     args = parser.parse_args(argv)
     args.trace = args.trace or bool(args.trace_dir)
+    if args.json:
+        check_output(args.json, '--json')
     if args.trace and args.device != 'npu':
         parser.error('--trace needs --device npu (the torch_npu profiler records NPU kernels)')
     return args
@@ -86,7 +89,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from mmseg_cann.analysis import parity
 
-    device = resolve_device(args.device, 'check_parity')
+    device = resolve_device(args.device)
     dtypes = [DTYPES[d] for d in args.dtype]
     cases = parity.build_cases(quick=args.quick)
     start = time.perf_counter()
@@ -118,4 +121,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(run(main, 'check_parity'))

@@ -21,6 +21,7 @@ import sys
 import time
 
 import numpy as np
+from _common import UserError, add_debug, check_config, check_output_dir, run
 
 CONFIG = 'configs/medical/unet-s5-d16_fcn_cann_1xb4-300iter_synthetic-drive-64x64.py'
 PALETTE = np.array([[0, 0, 0], [255, 255, 255]], np.uint8)  # background, vessel
@@ -35,7 +36,13 @@ def parse_args(argv=None):
     parser.add_argument('--num-train', type=int, default=20)
     parser.add_argument('--num-val', type=int, default=5)
     parser.add_argument('--seed', type=int, default=0)
-    return parser.parse_args(argv)
+    add_debug(parser)
+    args = parser.parse_args(argv)
+    if args.iters < 1 or args.num_train < 1 or args.num_val < 1:
+        raise UserError('--iters, --num-train and --num-val must be >= 1')
+    check_output_dir(args.work_dir, '--work-dir')
+    check_output_dir(args.data_root, '--data-root')
+    return args
 
 
 def trivial_scores(ann_paths):
@@ -80,7 +87,6 @@ def save_side_by_side(runner, out_path, max_rows=4):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from mmengine.config import Config
     from mmengine.runner import Runner
 
     import mmseg_cann
@@ -92,7 +98,7 @@ def main(argv=None) -> int:
     print(f'[demo] synthetic DRIVE: {len(written["training"])} training and '
           f'{len(written["validation"])} validation images in {args.data_root}')
 
-    cfg = Config.fromfile(args.config)
+    cfg = check_config(args.config)
     set_data_root(cfg, args.data_root)
     cfg.work_dir = args.work_dir
     cfg.randomness = dict(seed=args.seed)
@@ -124,4 +130,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(run(main, 'demo'))

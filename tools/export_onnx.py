@@ -38,7 +38,8 @@ import argparse
 import sys
 
 import torch
-from _common import add_cfg_options, load_config
+from _common import (add_cfg_options, add_debug, check_checkpoint, check_output,
+                     check_shape, load_config, required_multiple, run)
 
 
 class WholeImageLogits(torch.nn.Module):
@@ -87,6 +88,7 @@ def parse_args(argv=None):
     parser.add_argument('--atol', type=float, default=1e-4)
     parser.add_argument('--min-agree', type=float, default=0.999)
     add_cfg_options(parser)
+    add_debug(parser)
     return parser.parse_args(argv)
 
 
@@ -225,9 +227,24 @@ def report_atc(args, proto, out, shape) -> None:
                              keep_dtype_file=keep_file, gears=gears))
 
 
+def check_arguments(args) -> None:
+    """User mistakes, before the model is built: config, checkpoint, sizes, output."""
+    cfg = load_config(args.config, args.cfg_options)
+    if args.checkpoint:
+        check_checkpoint(args.checkpoint)
+    multiple = required_multiple(cfg.model)
+    check_shape(args.shape, multiple)
+    for gear in args.gears or []:
+        check_shape(gear, multiple, '--gears')
+    for shape in args.verify_shapes or []:
+        check_shape(shape, multiple, '--verify-shape')
+    check_output(args.out, '--out')
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     from mmseg_cann.onnx import node_summary
+    check_arguments(args)
     model = build_model(args.config, args.checkpoint, args.cfg_options)
     if args.gears and not (args.dynamic or args.target == 'atc'):
         print('export failed: --gears needs --dynamic (ATC gears of one dynamic graph) or '
@@ -298,4 +315,4 @@ def verify(args, model, proto, shape) -> bool:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(run(main, 'export_onnx'))

@@ -23,7 +23,8 @@ import os.path as osp
 import sys
 import time
 
-from _common import add_cfg_options
+from _common import (UserError, add_cfg_options, add_debug, check_checkpoint,
+                     check_output_dir, load_config, run)
 
 IMAGE_SUFFIXES = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.ppm', '.webp')
 
@@ -41,6 +42,7 @@ def parse_args(argv=None):
     parser.add_argument('--opacity', type=float, default=0.5,
                         help='mask opacity of the overlay, in (0, 1] (default 0.5)')
     add_cfg_options(parser)
+    add_debug(parser)
     args = parser.parse_args(argv)
     if args.batch_size < 1:
         parser.error(f'--batch-size must be >= 1, got {args.batch_size}')
@@ -104,12 +106,12 @@ def main(argv=None) -> int:
     try:
         images = collect_images(args.inputs)
     except FileNotFoundError as exc:
-        print(f'infer: {exc}', file=sys.stderr)
-        return 2
+        raise UserError(str(exc)) from exc
     if not images:
-        print(f'infer: no images ({", ".join(IMAGE_SUFFIXES)}) in {args.inputs}',
-              file=sys.stderr)
-        return 2
+        raise UserError(f'no images ({", ".join(IMAGE_SUFFIXES)}) in {args.inputs}')
+    load_config(args.config, args.cfg_options)
+    check_checkpoint(args.checkpoint)
+    check_output_dir(args.out_dir, '--out-dir')
     import mmcv
     from mmengine.utils import ProgressBar
 
@@ -156,4 +158,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(run(main, 'infer'))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from _common import UserError, add_debug, check_output_dir, run
+
 
 def main(argv=None) -> int:
     from mmseg_cann.data import DATASETS, make_dataset
@@ -22,7 +24,14 @@ def main(argv=None) -> int:
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--size', type=int, nargs=2, metavar=('H', 'W'),
                         help='image size (default: per dataset)')
+    add_debug(parser)
     args = parser.parse_args(argv)
+    check_output_dir(args.out_dir, 'OUT_DIR')
+    if args.num_train < 1 or args.num_val < 1:
+        raise UserError(f'--num-train and --num-val must be >= 1, got {args.num_train} '
+                        f'{args.num_val}')
+    if args.size and min(args.size) < 16:
+        raise UserError(f'--size must be at least 16 16, got {args.size[0]} {args.size[1]}')
     try:
         written = make_dataset(args.dataset, args.out_dir, args.num_train, args.num_val,
                                args.seed, args.size)
@@ -34,4 +43,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(run(main, 'make_synthetic_data'))

@@ -13,6 +13,8 @@ import dataclasses
 import json
 import sys
 
+from _common import UserError, add_debug, check_output, run
+
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
@@ -22,7 +24,14 @@ def main(argv=None) -> int:
                         help='common offset of the inputs (default: %(default)s)')
     parser.add_argument('--json', metavar='OUT', help='write the rows as JSON')
     parser.add_argument('--markdown', metavar='OUT', help='write the Markdown table')
+    add_debug(parser)
     args = parser.parse_args(argv)
+    for path, what in ((args.json, '--json'), (args.markdown, '--markdown')):
+        if path:
+            check_output(path, what)
+    if args.height < 1 or args.width < 1:
+        raise UserError(f'--height and --width must be positive, got {args.height} '
+                        f'{args.width}')
 
     from mmseg_cann.analysis import precision_report as report
 
@@ -41,4 +50,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(run(main, 'precision_report'))

@@ -18,7 +18,8 @@ import argparse
 import json
 import sys
 
-from _common import load_config, resolve_device
+from _common import (add_debug, check_output, check_shape, load_config,
+                     required_multiple, resolve_device, run)
 
 
 def parse_args(argv=None):
@@ -34,6 +35,7 @@ def parse_args(argv=None):
     parser.add_argument('--plot', metavar='OUT.png', help='write a bar chart')
     parser.add_argument('--assume-chip', choices=['A1', '310P', 'A2', 'A3', '310B', '950'],
                         help='show plans for this Ascend generation instead of the device')
+    add_debug(parser)
     args = parser.parse_args(argv)
     if args.iters < 1 or args.batch < 1:
         parser.error('--iters and --batch must be >= 1')
@@ -45,11 +47,16 @@ def main(argv=None) -> int:
     from mmseg_cann.backends.npu_device import DeviceCaps
     from mmseg_cann.analysis import op_profile
 
-    device = resolve_device(args.device, 'profile_ops')
+    cfg = load_config(args.config)
+    for path, what in ((args.json, '--json'), (args.plot, '--plot')):
+        if path:
+            check_output(path, what)
+    device = resolve_device(args.device)
     shape = args.shape
     if shape is None:
-        crop = load_config(args.config).get('crop_size', None)
+        crop = cfg.get('crop_size', None)
         shape = list(crop) if crop else [512, 1024]
+    check_shape(shape, required_multiple(cfg.model))
     model = op_profile.build_converted_model(args.config, tuple(shape), str(device))
     caps = DeviceCaps.npu(args.assume_chip) if args.assume_chip else None
     report = op_profile.profile_model(model, tuple(shape), str(device), iters=args.iters,
@@ -67,4 +74,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(run(main, 'profile_ops'))

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from _common import add_runner_args, build_runner_config, parse_runner_args
+from _common import (add_debug, add_runner_args, build_runner_config, check_checkpoint,
+                     check_config, check_data, check_output_dir, parse_runner_args, run)
 
 
 def parse_args(argv=None):
@@ -23,6 +24,7 @@ def parse_args(argv=None):
     parser.add_argument('--out', help='directory for the predicted label maps (PNG)')
     parser.add_argument('--show-dir', help='directory for visualisations')
     add_runner_args(parser)
+    add_debug(parser)
     return parse_runner_args(parser, argv)
 
 
@@ -30,7 +32,13 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from mmengine.runner import Runner
 
+    check_config(args.config)  # the config, then the checkpoint, before any data
+    check_checkpoint(args.checkpoint)
+    for folder in (args.out, args.show_dir):
+        if folder:
+            check_output_dir(folder, '--out' if folder == args.out else '--show-dir')
     cfg = build_runner_config(args)
+    check_data(cfg, ('test_dataloader',))
     cfg.load_from = args.checkpoint
     if args.show_dir:
         visualization = cfg.default_hooks.visualization
@@ -46,4 +54,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(run(main, 'test'))

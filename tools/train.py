@@ -16,7 +16,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from _common import add_runner_args, build_runner_config, parse_runner_args
+from _common import (add_debug, add_runner_args, build_runner_config, check_data,
+                     parse_runner_args, run)
 
 
 def parse_args(argv=None):
@@ -28,6 +29,7 @@ def parse_args(argv=None):
     parser.add_argument('--amp', action='store_true', default=False,
                         help='enable automatic mixed precision (AmpOptimWrapper)')
     add_runner_args(parser)
+    add_debug(parser)
     return parse_runner_args(parser, argv)
 
 
@@ -36,6 +38,7 @@ def main(argv=None) -> int:
     from mmengine.runner import Runner
 
     cfg = build_runner_config(args)
+    check_data(cfg, ('train_dataloader', 'val_dataloader'))
     cfg.resume = args.resume
     runner = Runner.from_cfg(cfg)
     runner.train()
@@ -43,4 +46,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(run(main, 'train'))

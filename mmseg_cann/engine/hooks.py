@@ -7,6 +7,7 @@ Usage in a config::
 """
 from __future__ import annotations
 
+import os
 from typing import Mapping, Optional
 
 from mmengine.hooks import Hook
@@ -14,6 +15,7 @@ from mmengine.hooks import Hook
 from ..convert import convert_model, unwrap_model
 from ..core.precision import PrecisionLike, set_precision_policy
 from ..models.registry import register_once
+from ..utils.environment import npu_jit_compile_warning
 from .checkpoint import allow_mmengine_checkpoints
 
 
@@ -53,6 +55,7 @@ class CANNOpsHook(Hook):
         allow_mmengine_checkpoints()
 
     def _convert(self, runner) -> None:
+        self._warn_environment(runner)
         model = unwrap_model(runner.model)
         if getattr(model, 'cann_conversion_report', None) is not None:
             self.report = model.cann_conversion_report
@@ -63,6 +66,15 @@ class CANNOpsHook(Hook):
                       resize=self.resize, logger=runner.logger,
                       fuse_upsample_add=self.fuse_upsample_add, lean_predict=self.lean_predict)
         self.report = model.cann_conversion_report
+
+    def _warn_environment(self, runner) -> None:
+        """Log environment pitfalls once per hook (see ``tools/env_check.py``)."""
+        if getattr(self, '_environment_checked', False):
+            return
+        self._environment_checked = True
+        warning = npu_jit_compile_warning(os.environ)
+        if warning is not None:
+            runner.logger.warning(f'mmseg_cann: {warning}')
 
     def before_run(self, runner) -> None:
         self._convert(runner)

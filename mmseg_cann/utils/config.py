@@ -29,7 +29,8 @@ def _datasets(dataset) -> Iterator[dict]:
         yield from _datasets(child)
 
 
-def _leaf_datasets(dataset) -> Iterator[dict]:
+def leaf_datasets(dataset) -> Iterator[dict]:
+    """The innermost dataset dicts of ``dataset`` (inside RepeatDataset and the like)."""
     for d in _datasets(dataset):
         if 'dataset' not in d and 'datasets' not in d:
             yield d
@@ -41,7 +42,7 @@ def set_data_root(cfg, data_root: str) -> None:
         loader = cfg.get(name)
         if loader is None:
             continue
-        for dataset in _leaf_datasets(loader.get('dataset')):
+        for dataset in leaf_datasets(loader.get('dataset')):
             dataset['data_root'] = data_root
 
 

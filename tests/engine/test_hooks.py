@@ -32,8 +32,9 @@ def test_registered_and_validates():
 
 
 @pytest.mark.parametrize('mode', ['val', 'test'])
-def test_converts_before_validation_and_testing(mode, tmp_path):
+def test_converts_before_validation_and_testing(mode, tmp_path, monkeypatch):
     from mmengine.runner import Runner
+    monkeypatch.setenv('NPUJITCompile', '0')  # read by mmengine as "on": the hook warns
     root = str(tmp_path / 'data')
     make_dataset('drive', root, num_train=1, num_val=2, seed=0)
     cfg = load_config(DEMO)
@@ -51,3 +52,4 @@ def test_converts_before_validation_and_testing(mode, tmp_path):
                                                          torch.float32)
     log = open(os.path.join(cfg.work_dir, runner.timestamp, f'{runner.timestamp}.log')).read()
     assert log.count('mmseg_cann conversion: 8 module(s) replaced') == 1
+    assert log.count("NPUJITCompile='0' turns NPU JIT compilation ON") == 1
