@@ -4,6 +4,8 @@ Kernels live next to their launchers (one file per op). They are written to comp
 NVIDIA GPUs and, through triton-ascend, for Ascend NPUs; on CPU tensors they run under
 ``TRITON_INTERPRET=1``. Importing this package does not import Triton; the launchers
 are called by :mod:`mmseg_cann.backends.triton`, which decides whether Triton can run.
-Kernel files share helpers through :mod:`._common` and take every geometry table from
-their caller.
+Kernel files share helpers through :mod:`._common` (launch configuration, the one launch
+point) and take every geometry table from their caller. :mod:`.aot` compiles recorded
+launches ahead of time for GPU targets this machine lacks (``tools/device_check.py
+--aot``).
 """

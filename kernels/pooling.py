@@ -4,27 +4,31 @@ flat indices) and average pooling with float32 accumulation.
 The window grid comes from the caller's :class:`mmseg_cann.core.geometry.PoolSpec`
 (output size, ``pad_begin`` including asymmetric SAME padding, dilation); per-axis tables
 the caller computes from the same geometry give the average divisor factors and max
-pooling's default index (the first in-bounds tap): the kernels hold no geometry rules. Kernel sizes are compile-time constants (the tap loops
-unroll). Device rules as in :mod:`._common`.
+pooling's default index (the first in-bounds tap): the kernels hold no geometry rules.
+Kernel sizes are compile-time constants (the tap loops unroll). Inputs are ``(N, C, H,
+W)``; the caller adds and removes the batch dimension of 3-D inputs. Device rules and
+the launch configuration as in :mod:`._common`.
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from ._common import BLOCK, channels_last, decompose, loop, output_like
+from ._common import block_offsets, channels_last, decompose, launch, output_like
 
 
 @triton.jit
-def max_pool_kernel(x_ptr, out_ptr, idx_ptr, first_h, first_w, total, nprog, iters,
-                    C, OH, OW, IH, IW, sxn, sxc, sxh, sxw, son, soc, soh, sow,
+def max_pool_kernel(x_ptr, out_ptr, idx_ptr, first_h, first_w, total,
+                    C, OH, OW, IH, IW, sxn, sxc, sxh, sxw, nprog, iters,
                     SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
                     DH: tl.constexpr, DW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
-                    CL: tl.constexpr, BLOCK: tl.constexpr):
-    """Max over each window; NaN wins (PyTorch: ``val > max or isnan(val)``)."""
+                    CL: tl.constexpr, INT64: tl.constexpr, BLOCK: tl.constexpr):
+    """Max over each window; NaN wins (PyTorch: ``val > max or isnan(val)``). Values and
+    int32 plane indices are stored at ``+ e`` (the outputs' memory order is the flat
+    order)."""
     pid = tl.program_id(0)
     for it in range(0, iters):
-        e = (it * nprog + pid) * BLOCK + tl.arange(0, BLOCK)
+        e = block_offsets(pid, it, nprog, BLOCK, INT64)
         mask = e < total
         n, c, oy, ox = decompose(e, C, OH, OW, CL)
         base = n * sxn + c * sxc
@@ -41,22 +45,25 @@ def max_pool_kernel(x_ptr, out_ptr, idx_ptr, first_h, first_w, total, nprog, ite
                             other=float('-inf')).to(tl.float32)
                 take = ok & ((v > best) | (v != v))
                 best = tl.where(take, v, best)
-                arg = tl.where(take, iy * IW + ix, arg)
-        o = n * son + c * soc + oy * soh + ox * sow
-        tl.store(out_ptr + o, best.to(out_ptr.dtype.element_ty), mask=mask)
-        tl.store(idx_ptr + o, arg, mask=mask)
+                arg = tl.where(take, (iy * IW + ix).to(tl.int32), arg)
+        tl.store(out_ptr + e, best.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(idx_ptr + e, arg, mask=mask)
 
 
 @triton.jit
-def avg_pool_kernel(x_ptr, out_ptr, div_h, div_w, total, nprog, iters, C, OH, OW, IH, IW,
-                    sxn, sxc, sxh, sxw, son, soc, soh, sow, override,
+def avg_pool_kernel(x_ptr, out_ptr, div_h, div_w, total, C, OH, OW, IH, IW,
+                    sxn, sxc, sxh, sxw, override, nprog, iters,
                     SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
                     KH: tl.constexpr, KW: tl.constexpr, OVERRIDE: tl.constexpr,
-                    CL: tl.constexpr, BLOCK: tl.constexpr):
-    """Window sums accumulated in float32, divided by the divisor, rounded once."""
+                    CL: tl.constexpr, INT64: tl.constexpr, BLOCK: tl.constexpr):
+    """Window sums accumulated in float32, divided by the divisor, rounded once.
+
+    ``override`` (used when ``OVERRIDE``) is passed as a float: a Python float is never
+    specialised by the launch, where an int equal to 1 would become a constant.
+    """
     pid = tl.program_id(0)
     for it in range(0, iters):
-        e = (it * nprog + pid) * BLOCK + tl.arange(0, BLOCK)
+        e = block_offsets(pid, it, nprog, BLOCK, INT64)
         mask = e < total
         n, c, oy, ox = decompose(e, C, OH, OW, CL)
         base = n * sxn + c * sxc
@@ -69,16 +76,22 @@ def avg_pool_kernel(x_ptr, out_ptr, div_h, div_w, total, nprog, iters, C, OH, OW
                 acc += tl.load(x_ptr + base + iy * sxh + ix * sxw, mask=ok,
                                other=0).to(tl.float32)
         if OVERRIDE:
-            div = override.to(tl.float32)
+            div = override
         else:
             div = (tl.load(div_h + oy, mask=mask, other=1)
                    * tl.load(div_w + ox, mask=mask, other=1)).to(tl.float32)
-        tl.store(out_ptr + n * son + c * soc + oy * soh + ox * sow,
-                 (acc / div).to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_ptr + e, (acc / div).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _pool_geometry(spec):
+    """The window grid's constexprs shared by both kernels."""
+    return dict(SH=spec.stride[0], SW=spec.stride[1], PH=spec.pad_begin[0],
+                PW=spec.pad_begin[1], KH=spec.kernel[0], KW=spec.kernel[1])
 
 
 def max_pool2d(x, spec, first_taps):
-    """``(values, indices)`` of max pooling; indices are int64 flat indices into H*W.
+    """``(values, indices)`` of max pooling of ``(N, C, H, W)`` ``x``; indices are int64
+    flat indices into H*W (which must be below 2^31).
 
     ``spec`` is a :class:`mmseg_cann.core.geometry.PoolSpec`; ``first_taps`` the per-axis
     int32 tables of each window's first in-bounds tap (PyTorch's default index), computed
@@ -90,18 +103,17 @@ def max_pool2d(x, spec, first_taps):
     total = out.numel()
     if total:
         first = [t.to(x.device, torch.int32) for t in first_taps]
-        grid, nprog, iters = loop(total, x.device)
-        max_pool_kernel[grid](
-            x, out, idx, *first, total, nprog, iters, x.shape[1], *spec.out_size,
-            *spec.in_size, *x.stride(), *out.stride(), SH=spec.stride[0], SW=spec.stride[1],
-            PH=spec.pad_begin[0], PW=spec.pad_begin[1], DH=spec.dilation[0],
-            DW=spec.dilation[1], KH=spec.kernel[0], KW=spec.kernel[1],
-            CL=channels_last(x), BLOCK=BLOCK)
+        launch(max_pool_kernel, 'pool', total,
+               (x, out, idx, *first, total, x.shape[1], *spec.out_size, *spec.in_size,
+                *x.stride()),
+               dict(_pool_geometry(spec), DH=spec.dilation[0], DW=spec.dilation[1],
+                    CL=channels_last(x)))
     return out, idx.long()
 
 
 def avg_pool2d(x, spec, divisors, divisor_override=None):
-    """Average pooling with float32 accumulation; result in ``x``'s dtype.
+    """Average pooling of ``(N, C, H, W)`` ``x`` with float32 accumulation; result in
+    ``x``'s dtype.
 
     ``divisors`` are the per-axis int32 divisor factors of each window (their product is
     the window's divisor), computed by the caller; ``divisor_override`` replaces them.
@@ -111,11 +123,10 @@ def avg_pool2d(x, spec, divisors, divisor_override=None):
     total = out.numel()
     if total:
         divs = [t.to(x.device, torch.int32) for t in divisors]
-        grid, nprog, iters = loop(total, x.device)
-        avg_pool_kernel[grid](
-            x, out, *divs, total, nprog, iters, x.shape[1], *spec.out_size, *spec.in_size,
-            *x.stride(), *out.stride(), int(divisor_override or 1),
-            SH=spec.stride[0], SW=spec.stride[1], PH=spec.pad_begin[0], PW=spec.pad_begin[1],
-            KH=spec.kernel[0], KW=spec.kernel[1], OVERRIDE=divisor_override is not None,
-            CL=channels_last(x), BLOCK=BLOCK)
+        override = float(divisor_override) if divisor_override is not None else 1.0
+        launch(avg_pool_kernel, 'pool', total,
+               (x, out, *divs, total, x.shape[1], *spec.out_size, *spec.in_size,
+                *x.stride(), override),
+               dict(_pool_geometry(spec), OVERRIDE=divisor_override is not None,
+                    CL=channels_last(x)))
     return out

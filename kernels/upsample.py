@@ -3,167 +3,211 @@ fused with an add), fused upsample + argmax, and a deterministic bilinear backwa
 
 Geometry comes from the host: per axis, two source taps ``i0, i1`` (int32) and weights
 ``w0, w1`` (float32) computed by :func:`mmseg_cann.core.taps.linear_taps` (bilinear)
-or :func:`mmseg_cann.core.reference.nearest_indices` (nearest modes), so the kernels hold
-no coordinate rules of their own. The value of an output pixel is
+or :func:`mmseg_cann.core.reference.nearest_indices` (nearest modes), and for the
+backward the reverse tables built from them by the caller, so the kernels hold no
+coordinate rules of their own. The value of an output pixel is
 ``(x[h0, w0] * ww0 + x[h0, w1] * ww1) * wh0 + (x[h1, w0] * ww0 + x[h1, w1] * ww1) * wh1``
 in float32 (PyTorch's order), rounded once to the input dtype.
 
-Written for triton-ascend as well as GPU Triton; device rules in :mod:`._common`.
+Written for triton-ascend as well as GPU Triton; device rules and the launch
+configuration in :mod:`._common`.
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from ._common import BLOCK, channels_last, decompose, loop, output_like, taps
+from ._common import block_offsets, channels_last, decompose, launch, output_like, taps
+
+
+@triton.jit
+def lerp2(x_ptr, base, r0, r1, q0, q1, a0, a1, b0, b1, mask):
+    """PyTorch's bilinear value in float32 from the four taps ``base + r? + q?`` (row
+    offsets ``r0, r1`` with weights ``a0, a1``, column offsets ``q0, q1`` with ``b0, b1``).
+    """
+    x00 = tl.load(x_ptr + base + r0 + q0, mask=mask, other=0).to(tl.float32)
+    x01 = tl.load(x_ptr + base + r0 + q1, mask=mask, other=0).to(tl.float32)
+    x10 = tl.load(x_ptr + base + r1 + q0, mask=mask, other=0).to(tl.float32)
+    x11 = tl.load(x_ptr + base + r1 + q1, mask=mask, other=0).to(tl.float32)
+    return (x00 * b0 + x01 * b1) * a0 + (x10 * b0 + x11 * b1) * a1
 
 
 @triton.jit
 def upsample_fwd_kernel(x_ptr, out_ptr, other_ptr, hi0, hi1, hw0, hw1, wi0, wi1, ww0, ww1,
-                        total, nprog, iters, C, H, W, sxn, sxc, sxh, sxw, son, soc, soh, sow,
-                        stn, stc, sth, stw,
-                        NEAREST: tl.constexpr, ADD: tl.constexpr, CL: tl.constexpr,
-                        BLOCK: tl.constexpr):
-    """``out = [other +] upsample(x)``, one output element per lane."""
+                        total, C, H, W, sxn, sxc, sxh, sxw, stn, stc, sth, stw, nprog, iters,
+                        NEAREST: tl.constexpr, ADD: tl.constexpr, OTHER_FLAT: tl.constexpr,
+                        CL: tl.constexpr, INT64: tl.constexpr, BLOCK: tl.constexpr):
+    """``out = [other +] upsample(x)``, one output element per lane, stored at ``out + e``
+    (the output's memory order is the flat order). ``OTHER_FLAT``: ``other`` has the
+    output's strides, so it is read at ``other + e`` too (contiguous)."""
     pid = tl.program_id(0)
     for it in range(0, iters):
-        e = (it * nprog + pid) * BLOCK + tl.arange(0, BLOCK)
+        e = block_offsets(pid, it, nprog, BLOCK, INT64)
         mask = e < total
         n, c, y, x = decompose(e, C, H, W, CL)
         base = n * sxn + c * sxc
-        h0 = tl.load(hi0 + y, mask=mask, other=0)
-        w0 = tl.load(wi0 + x, mask=mask, other=0)
+        r0 = tl.load(hi0 + y, mask=mask, other=0) * sxh
+        q0 = tl.load(wi0 + x, mask=mask, other=0) * sxw
         if NEAREST:
-            v = tl.load(x_ptr + base + h0 * sxh + w0 * sxw, mask=mask, other=0).to(tl.float32)
+            v = tl.load(x_ptr + base + r0 + q0, mask=mask, other=0).to(tl.float32)
         else:
-            h1 = tl.load(hi1 + y, mask=mask, other=0)
-            w1 = tl.load(wi1 + x, mask=mask, other=0)
-            a0 = tl.load(hw0 + y, mask=mask, other=0.0)
-            a1 = tl.load(hw1 + y, mask=mask, other=0.0)
-            b0 = tl.load(ww0 + x, mask=mask, other=0.0)
-            b1 = tl.load(ww1 + x, mask=mask, other=0.0)
-            x00 = tl.load(x_ptr + base + h0 * sxh + w0 * sxw, mask=mask, other=0).to(tl.float32)
-            x01 = tl.load(x_ptr + base + h0 * sxh + w1 * sxw, mask=mask, other=0).to(tl.float32)
-            x10 = tl.load(x_ptr + base + h1 * sxh + w0 * sxw, mask=mask, other=0).to(tl.float32)
-            x11 = tl.load(x_ptr + base + h1 * sxh + w1 * sxw, mask=mask, other=0).to(tl.float32)
-            v = (x00 * b0 + x01 * b1) * a0 + (x10 * b0 + x11 * b1) * a1
+            v = lerp2(x_ptr, base, r0, tl.load(hi1 + y, mask=mask, other=0) * sxh,
+                      q0, tl.load(wi1 + x, mask=mask, other=0) * sxw,
+                      tl.load(hw0 + y, mask=mask, other=0.0),
+                      tl.load(hw1 + y, mask=mask, other=0.0),
+                      tl.load(ww0 + x, mask=mask, other=0.0),
+                      tl.load(ww1 + x, mask=mask, other=0.0), mask)
         v = v.to(out_ptr.dtype.element_ty)
         if ADD:
-            o = tl.load(other_ptr + n * stn + c * stc + y * sth + x * stw, mask=mask, other=0)
+            if OTHER_FLAT:
+                o = tl.load(other_ptr + e, mask=mask, other=0)
+            else:
+                o = tl.load(other_ptr + n * stn + c * stc + y * sth + x * stw, mask=mask,
+                            other=0)
             v = (v.to(tl.float32) + o.to(tl.float32)).to(out_ptr.dtype.element_ty)
-        tl.store(out_ptr + n * son + c * soc + y * soh + x * sow, v, mask=mask)
+        tl.store(out_ptr + e, v, mask=mask)
+
+
+@triton.jit
+def better_label(v, c, best, label, found_nan):
+    """One step of ``torch.argmax`` over classes: ``v`` (class ``c``) replaces the running
+    maximum if larger, or if it is the first NaN (NaN is the maximum; ties keep the first).
+    """
+    nan = v != v
+    better = ~found_nan & (nan | (v > best))
+    return tl.where(better, v, best), tl.where(better, c, label), found_nan | nan
 
 
 @triton.jit
 def upsample_argmax_kernel(x_ptr, out_ptr, hi0, hi1, hw0, hw1, wi0, wi1, ww0, ww1,
-                           total, nprog, iters, C, H, W, sxn, sxc, sxh, sxw,
-                           NEAREST: tl.constexpr, BLOCK: tl.constexpr):
-    """``out[n, y, x] = argmax_c upsample(x)[n, c, y, x]`` (int32; first maximum wins)."""
+                           total, C, H, W, sxn, sxc, sxh, sxw, nprog, iters,
+                           NEAREST: tl.constexpr, CL: tl.constexpr, INT64: tl.constexpr,
+                           BLOCK: tl.constexpr, BLOCK_C: tl.constexpr):
+    """``out[n, y, x] = argmax_c upsample(x)[n, c, y, x]`` (int32; first maximum wins,
+    NaN is the maximum), one output pixel per row of a ``BLOCK x BLOCK_C`` tile.
+
+    NCHW logits (``BLOCK_C == 1``): lanes along the output row, one class per step
+    (each step reads neighbouring pixels of one plane). Channels_last logits (``CL``):
+    ``BLOCK_C`` classes per step along the tile's second axis, which is contiguous in
+    memory, reduced per row.
+    """
     pid = tl.program_id(0)
+    cs = tl.arange(0, BLOCK_C)
     for it in range(0, iters):
-        e = (it * nprog + pid) * BLOCK + tl.arange(0, BLOCK)
+        e = block_offsets(pid, it, nprog, BLOCK, INT64)
         mask = e < total
         x = e % W
         t = e // W
         y = t % H
         n = t // H
-        h0 = tl.load(hi0 + y, mask=mask, other=0)
-        h1 = tl.load(hi1 + y, mask=mask, other=0)
-        w0 = tl.load(wi0 + x, mask=mask, other=0)
-        w1 = tl.load(wi1 + x, mask=mask, other=0)
-        a0 = tl.load(hw0 + y, mask=mask, other=0.0)
-        a1 = tl.load(hw1 + y, mask=mask, other=0.0)
-        b0 = tl.load(ww0 + x, mask=mask, other=0.0)
-        b1 = tl.load(ww1 + x, mask=mask, other=0.0)
+        # per-pixel parts of the four tap offsets and the weights, as (BLOCK, 1) columns
+        base = (n * sxn)[:, None]
+        r0 = (tl.load(hi0 + y, mask=mask, other=0) * sxh)[:, None]
+        q0 = (tl.load(wi0 + x, mask=mask, other=0) * sxw)[:, None]
+        if not NEAREST:
+            r1 = (tl.load(hi1 + y, mask=mask, other=0) * sxh)[:, None]
+            q1 = (tl.load(wi1 + x, mask=mask, other=0) * sxw)[:, None]
+            a0 = tl.load(hw0 + y, mask=mask, other=0.0)[:, None]
+            a1 = tl.load(hw1 + y, mask=mask, other=0.0)[:, None]
+            b0 = tl.load(ww0 + x, mask=mask, other=0.0)[:, None]
+            b1 = tl.load(ww1 + x, mask=mask, other=0.0)[:, None]
         best = tl.full((BLOCK,), float('-inf'), tl.float32)
         label = tl.zeros((BLOCK,), tl.int32)
-        for c in range(0, C):
-            base = n * sxn + c * sxc
+        found_nan = tl.zeros((BLOCK,), tl.int1)
+        for c0 in range(0, C, BLOCK_C):
+            c = c0 + cs
+            cm = mask[:, None] & (c < C)[None, :]
+            cbase = base + (c * sxc)[None, :]
             if NEAREST:
-                v = tl.load(x_ptr + base + h0 * sxh + w0 * sxw, mask=mask, other=0)
+                v = tl.load(x_ptr + cbase + r0 + q0, mask=cm, other=0)
             else:
-                x00 = tl.load(x_ptr + base + h0 * sxh + w0 * sxw, mask=mask, other=0).to(tl.float32)
-                x01 = tl.load(x_ptr + base + h0 * sxh + w1 * sxw, mask=mask, other=0).to(tl.float32)
-                x10 = tl.load(x_ptr + base + h1 * sxh + w0 * sxw, mask=mask, other=0).to(tl.float32)
-                x11 = tl.load(x_ptr + base + h1 * sxh + w1 * sxw, mask=mask, other=0).to(tl.float32)
-                v = (x00 * b0 + x01 * b1) * a0 + (x10 * b0 + x11 * b1) * a1
+                v = lerp2(x_ptr, cbase, r0, r1, q0, q1, a0, a1, b0, b1, cm)
             # round to the input dtype first, as the unfused computation does
             v = v.to(x_ptr.dtype.element_ty).to(tl.float32)
-            better = (v > best) | (c == 0)
-            best = tl.where(better, v, best)
-            label = tl.where(better, c, label)
+            if CL:
+                best, label, found_nan = _tile_argmax(v, c, cm, C, best, label, found_nan)
+            else:  # BLOCK_C == 1: one class per step
+                best, label, found_nan = better_label(
+                    tl.reshape(v, (BLOCK,)), c0, best, label, found_nan)
         tl.store(out_ptr + e, label, mask=mask)
 
 
 @triton.jit
-def bilinear_bwd_kernel(g_ptr, out_ptr, hstart, hcount, wstart, wcount,
-                        hi0, hi1, hw0, hw1, wi0, wi1, ww0, ww1,
-                        total, nprog, iters, C, h, w, sgn, sgc, sgh, sgw,
-                        MAXH: tl.constexpr, MAXW: tl.constexpr, BLOCK: tl.constexpr):
+def _tile_argmax(v, c, cm, C, best, label, found_nan):
+    """Merge a ``(BLOCK, BLOCK_C)`` tile of classes ``c`` (valid where ``cm``) into the
+    running argmax: per row, the first NaN if any, else the first maximum."""
+    nan = (v != v) & cm
+    vals = tl.where(cm & ~nan, v, float('-inf'))
+    m = tl.max(vals, axis=1)
+    has_nan = tl.max(nan.to(tl.int32), axis=1) > 0
+    first_nan = tl.min(tl.where(nan, c[None, :], C), axis=1)
+    first_max = tl.min(tl.where(cm & (vals == m[:, None]), c[None, :], C), axis=1)
+    better = ~found_nan & (has_nan | (m > best))
+    best = tl.where(better, m, best)
+    label = tl.where(better, tl.where(has_nan, first_nan, first_max), label)
+    return best, label, found_nan | has_nan
+
+
+@triton.jit
+def bilinear_bwd_kernel(g_ptr, out_ptr, hstart, hcount, hweight, wstart, wcount, wweight,
+                        total, C, h, w, sgn, sgc, sgh, sgw, maxh, nprog, iters,
+                        CL: tl.constexpr, INT64: tl.constexpr, BLOCK: tl.constexpr,
+                        MAXW: tl.constexpr):
     """Gradient of bilinear upsampling, gather form: each input element sums the output
     gradients that read it, in a fixed order (no atomics: bitwise deterministic).
 
-    ``hstart/hcount`` (per input row): the output rows whose taps include it, a
-    contiguous range of at most ``MAXH``; the same along W. ``out`` is NCHW float32.
+    Per input row ``i``: the output rows reading it are ``hstart[i] + dy`` for
+    ``dy < hcount[i]`` with weights ``hweight[i, dy]`` (``maxh`` columns); the same along
+    W with ``MAXW`` (a power of two) columns. An input element's W weights are loaded
+    once as a ``(BLOCK, MAXW)`` tile; each output row then adds one tile of gradients
+    (contiguous along W for NCHW gradients) reduced along W. ``out`` is float32 in the
+    flat order (NCHW, or channels_last when ``CL``).
     """
     pid = tl.program_id(0)
+    dxs = tl.arange(0, MAXW)[None, :]
     for it in range(0, iters):
-        e = (it * nprog + pid) * BLOCK + tl.arange(0, BLOCK)
+        e = block_offsets(pid, it, nprog, BLOCK, INT64)
         mask = e < total
-        j = e % w
-        t = e // w
-        i = t % h
-        t = t // h
-        c = t % C
-        n = t // C
+        n, c, i, j = decompose(e, C, h, w, CL)
         ys = tl.load(hstart + i, mask=mask, other=0)
         yc = tl.load(hcount + i, mask=mask, other=0)
         xs = tl.load(wstart + j, mask=mask, other=0)
         xc = tl.load(wcount + j, mask=mask, other=0)
+        xm = mask[:, None] & (dxs < xc[:, None])
+        wx = tl.load(wweight + j[:, None] * MAXW + dxs, mask=xm, other=0.0)
+        cols = (xs[:, None] + dxs) * sgw
+        base = n * sgn + c * sgc
         acc = tl.zeros((BLOCK,), tl.float32)
-        for dy in range(0, MAXH):
-            y = ys + dy
+        for dy in range(0, maxh):
             ym = mask & (dy < yc)
-            wy = (tl.where(tl.load(hi0 + y, mask=ym, other=-1) == i,
-                           tl.load(hw0 + y, mask=ym, other=0.0), 0.0)
-                  + tl.where(tl.load(hi1 + y, mask=ym, other=-1) == i,
-                             tl.load(hw1 + y, mask=ym, other=0.0), 0.0))
-            row = tl.zeros((BLOCK,), tl.float32)
-            for dx in range(0, MAXW):
-                x = xs + dx
-                xm = ym & (dx < xc)
-                wx = (tl.where(tl.load(wi0 + x, mask=xm, other=-1) == j,
-                               tl.load(ww0 + x, mask=xm, other=0.0), 0.0)
-                      + tl.where(tl.load(wi1 + x, mask=xm, other=-1) == j,
-                                 tl.load(ww1 + x, mask=xm, other=0.0), 0.0))
-                g = tl.load(g_ptr + n * sgn + c * sgc + y * sgh + x * sgw, mask=xm,
-                            other=0).to(tl.float32)
-                row += g * wx
-            acc += row * wy
+            wy = tl.load(hweight + i * maxh + dy, mask=ym, other=0.0)
+            g = tl.load(g_ptr + (base + (ys + dy) * sgh)[:, None] + cols,
+                        mask=xm & ym[:, None], other=0).to(tl.float32)
+            acc += tl.sum(g * wx, axis=1) * wy
         tl.store(out_ptr + e, acc, mask=mask)
 
 
 # ------------------------------------------------------------------------ launchers
+#: the widest class step of the channels_last argmax tile
+MAX_BLOCK_C = 32
+
+
 def upsample_fwd(x, out_hw, taps_h, taps_w, nearest: bool, other=None):
     """``[other +] upsample(x)``: ``x`` ``(N, C, h, w)``; taps per axis ``(i0, i1, w0, w1)``.
 
     Returns ``(N, C, H, W)`` in ``x``'s dtype and layout (channels_last stays channels_last).
     """
-    import torch
-    n, c = x.shape[:2]
-    H, W = out_hw
-    cl = channels_last(x)
-    out = torch.empty((n, c, H, W), dtype=x.dtype, device=x.device,
-                      memory_format=torch.channels_last if cl else torch.contiguous_format)
+    out = output_like(x, out_hw)
     total = out.numel()
     if total == 0:
         return out
     th, tw = taps(taps_h, x.device), taps(taps_w, x.device)
-    o = other if other is not None else out
-    grid, nprog, iters = loop(total, x.device)
-    upsample_fwd_kernel[grid](
-        x, out, o, *th, *tw, total, nprog, iters, c, H, W, *x.stride(), *out.stride(), *o.stride(),
-        NEAREST=nearest, ADD=other is not None, CL=cl, BLOCK=BLOCK)
+    add = other is not None
+    o = other if add else out
+    flat = add and tuple(o.stride()) == tuple(out.stride())
+    launch(upsample_fwd_kernel, 'map', total,
+           (x, out, o, *th, *tw, total, x.shape[1], *out_hw, *x.stride(), *o.stride()),
+           dict(NEAREST=nearest, ADD=add, OTHER_FLAT=flat, CL=channels_last(x)))
     return out
 
 
@@ -176,49 +220,35 @@ def upsample_argmax(x, out_hw, taps_h, taps_w, nearest: bool):
     total = out.numel()
     if total:
         th, tw = taps(taps_h, x.device), taps(taps_w, x.device)
-        grid, nprog, iters = loop(total, x.device)
-        upsample_argmax_kernel[grid](
-            x, out, *th, *tw, total, nprog, iters, c, H, W, *x.stride(), NEAREST=nearest,
-            BLOCK=BLOCK)
+        cl = channels_last(x)
+        block_c = min(triton.next_power_of_2(c), MAX_BLOCK_C) if cl else 1
+        launch(upsample_argmax_kernel, 'reduce', total,
+               (x, out, *th, *tw, total, c, H, W, *x.stride()),
+               dict(NEAREST=nearest, CL=cl, BLOCK_C=block_c), inner=block_c)
     return out.long()
 
 
-def _reverse_ranges(taps, in_size: int):
-    """Per input index: first output index reading it, how many, and the longest range."""
-    import torch
-    i0, i1 = taps[0], taps[1]
-    out_size = len(i0)
-    lo = torch.full((in_size,), out_size, dtype=torch.int64)
-    hi = torch.full((in_size,), -1, dtype=torch.int64)
-    d = torch.arange(out_size)
-    for idx in (i0, i1):
-        lo.scatter_reduce_(0, idx, d, 'amin')
-        hi.scatter_reduce_(0, idx, d, 'amax')
-    count = (hi - lo + 1).clamp_min(0)
-    start = torch.where(count > 0, lo, torch.zeros_like(lo))
-    return start.to(torch.int32), count.to(torch.int32), max(int(count.max()), 1)
+def bilinear_bwd(grad, in_hw, rows, cols):
+    """Gradient with respect to the input of bilinear upsampling, float32, in ``grad``'s
+    layout (channels_last stays).
 
-
-def bilinear_bwd(grad, in_hw, taps_h, taps_w):
-    """Gradient with respect to the input of bilinear upsampling, float32 NCHW.
-
+    ``rows``/``cols``: the reverse tables of the H/W taps, ``(start, count, weight)``
+    per input index: the first output index reading it, how many, and their weights
+    (``(in, width)`` float32, zero-padded), computed by the caller from the same taps.
     Each input element gathers its contributions in a fixed order: deterministic.
-    (The output rows reading an input row form one contiguous range because the taps
-    are non-decreasing in the output index.)
     """
     import torch
-    n, c = grad.shape[:2]
-    h, w = in_hw
-    out = torch.empty((n, c, h, w), dtype=torch.float32, device=grad.device)
+    out = output_like(grad, in_hw, torch.float32)
     total = out.numel()
     if total == 0:
         return out
-    hs, hc, maxh = _reverse_ranges(taps_h, h)
-    ws, wc, maxw = _reverse_ranges(taps_w, w)
-    th, tw = taps(taps_h, grad.device), taps(taps_w, grad.device)
-    grid, nprog, iters = loop(total, grad.device)
-    bilinear_bwd_kernel[grid](
-        grad, out, hs.to(grad.device), hc.to(grad.device), ws.to(grad.device),
-        wc.to(grad.device), *th, *tw, total, nprog, iters, c, h, w, *grad.stride(),
-        MAXH=maxh, MAXW=maxw, BLOCK=BLOCK)
+    dev = grad.device
+    hs, hc, hw = (t.to(dev) for t in rows)
+    ws, wc, ww = (t.to(dev) for t in cols)
+    maxw = triton.next_power_of_2(ww.shape[1])
+    ww = torch.nn.functional.pad(ww, (0, maxw - ww.shape[1])).contiguous()
+    launch(bilinear_bwd_kernel, 'reduce', total,
+           (grad, out, hs, hc, hw.contiguous(), ws, wc, ww, total, grad.shape[1], *in_hw,
+            *grad.stride(), hw.shape[1]),
+           dict(CL=channels_last(grad), MAXW=maxw), inner=maxw)
     return out
