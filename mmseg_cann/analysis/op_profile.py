@@ -178,6 +178,11 @@ class SiteRecorder:
 
         backends.get_backend = get_backend
         self._undo.append(lambda: setattr(backends, 'get_backend', original))
+        # every call reaches the backend (no cached direct calls) while recording
+        from ..ops.direct import direct_calls_disabled
+        disabled = direct_calls_disabled()
+        disabled.__enter__()
+        self._undo.append(lambda: disabled.__exit__(None, None, None))
 
     def describe(self, op: str, x: torch.Tensor, spec=None, **kw) -> str:
         """The plan line for this call, memoised so that profiled iterations (after the

@@ -12,7 +12,9 @@ from torch import nn
 from ..backends import check_backend
 from ..core import geometry as geo
 from ..core.validation import check_divisor_override
+from ..ops import direct
 from ..ops.pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
+from ._direct import DirectCallCache
 from ..core.precision import normalize_precision, precision_name
 
 
@@ -30,7 +32,7 @@ def _check_extras(precision, backend) -> None:
     check_backend(backend)
 
 
-class CANNMaxPool2d(nn.MaxPool2d):
+class CANNMaxPool2d(DirectCallCache, nn.MaxPool2d):
     """``nn.MaxPool2d`` with exact PyTorch semantics on every device.
 
     Args:
@@ -55,7 +57,15 @@ class CANNMaxPool2d(nn.MaxPool2d):
         self.precision = precision
         self.backend = backend
 
+    def _build_direct(self, input):
+        return direct.max_pool2d(input, self.kernel_size, self.stride, self.padding,
+                                 self.dilation, self.ceil_mode, self.return_indices,
+                                 self.precision, self.backend)
+
     def forward(self, input: torch.Tensor):
+        out = self._direct(input)
+        if out is not None:
+            return out
         return max_pool2d(input, self.kernel_size, self.stride, self.padding, self.dilation,
                           self.ceil_mode, self.return_indices, precision=self.precision,
                           backend=self.backend)
@@ -64,7 +74,7 @@ class CANNMaxPool2d(nn.MaxPool2d):
         return super().extra_repr() + _extras_repr(self)
 
 
-class CANNAvgPool2d(nn.AvgPool2d):
+class CANNAvgPool2d(DirectCallCache, nn.AvgPool2d):
     """``nn.AvgPool2d`` with exact PyTorch semantics on every device.
 
     Args:
@@ -87,7 +97,15 @@ class CANNAvgPool2d(nn.AvgPool2d):
         self.precision = precision
         self.backend = backend
 
+    def _build_direct(self, input):
+        return direct.avg_pool2d(input, self.kernel_size, self.stride, self.padding,
+                                 self.ceil_mode, self.count_include_pad,
+                                 self.divisor_override, self.precision, self.backend)
+
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        out = self._direct(input)
+        if out is not None:
+            return out
         return avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                           self.count_include_pad, self.divisor_override,
                           precision=self.precision, backend=self.backend)
@@ -96,7 +114,7 @@ class CANNAvgPool2d(nn.AvgPool2d):
         return super().extra_repr() + _extras_repr(self)
 
 
-class CANNAdaptiveAvgPool2d(nn.AdaptiveAvgPool2d):
+class CANNAdaptiveAvgPool2d(DirectCallCache, nn.AdaptiveAvgPool2d):
     """``nn.AdaptiveAvgPool2d`` with exact PyTorch semantics on every device.
 
     Args:
@@ -112,7 +130,14 @@ class CANNAdaptiveAvgPool2d(nn.AdaptiveAvgPool2d):
         self.precision = precision
         self.backend = backend
 
+    def _build_direct(self, input):
+        return direct.adaptive_avg_pool2d(input, self.output_size, self.precision,
+                                          self.backend)
+
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        out = self._direct(input)
+        if out is not None:
+            return out
         return adaptive_avg_pool2d(input, self.output_size, precision=self.precision,
                                    backend=self.backend)
 

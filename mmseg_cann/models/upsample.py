@@ -6,11 +6,13 @@ from torch import nn
 
 from ..backends import check_backend
 from ..core import geometry as geo
+from ..ops import direct
 from ..ops.upsample import upsample
+from ._direct import DirectCallCache
 from ..core.precision import normalize_precision, precision_name
 
 
-class CANNUpsample(nn.Upsample):
+class CANNUpsample(DirectCallCache, nn.Upsample):
     """Upsample layer with PyTorch's exact semantics on every device.
 
     A drop-in for ``nn.Upsample`` (same constructor and attributes; it is a subclass)
@@ -42,7 +44,15 @@ class CANNUpsample(nn.Upsample):
         self.precision = precision
         self.backend = backend
 
+    def _build_direct(self, input):
+        return direct.upsample(input, self.size, self.scale_factor, self.mode,
+                               self.align_corners, self.recompute_scale_factor,
+                               self.antialias, self.precision, self.backend)
+
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        out = self._direct(input)
+        if out is not None:
+            return out
         return upsample(input, self.size, self.scale_factor, self.mode, self.align_corners,
                         self.recompute_scale_factor, self.antialias,
                         precision=self.precision, backend=self.backend)

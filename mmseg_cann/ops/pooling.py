@@ -13,6 +13,7 @@ from .. import backends
 from ..core.precision import normalize_precision, run_with_precision
 from ..core import geometry as geo
 from ..core.validation import INTEGER_DTYPES, check_divisor_override, check_input
+from . import direct
 
 
 def max_pool2d(input: torch.Tensor, kernel_size, stride=None, padding=0, dilation=1,
@@ -37,6 +38,11 @@ def max_pool2d(input: torch.Tensor, kernel_size, stride=None, padding=0, dilatio
     Returns:
         ``(N, C, H_out, W_out)`` values (and indices). NaN propagates.
     """
+    out = direct.run_cached(direct.max_pool2d, (kernel_size, stride, padding, dilation,
+                                                ceil_mode, return_indices, precision,
+                                                backend), input)
+    if out is not None:
+        return out
     check_input(input, 'max_pool2d', ranks=(3, 4), integer_dtypes=INTEGER_DTYPES)
     args = geo.check_pool_args(kernel_size, stride, padding, dilation, ceil_mode)
     if not isinstance(return_indices, bool):
@@ -66,6 +72,11 @@ def avg_pool2d(input: torch.Tensor, kernel_size, stride=None, padding=0,
             ``'fp32'``: fp16/bf16 inputs are averaged in float32).
         backend: ``'auto'``, ``'native'``, ``'reference'``, ``'npu'`` or ``'tuned'``.
     """
+    out = direct.run_cached(direct.avg_pool2d, (kernel_size, stride, padding, ceil_mode,
+                                                count_include_pad, divisor_override,
+                                                precision, backend), input)
+    if out is not None:
+        return out
     check_input(input, 'avg_pool2d', ranks=(3, 4))
     args = geo.check_pool_args(kernel_size, stride, padding, 1, ceil_mode)
     if not isinstance(count_include_pad, bool):
@@ -91,6 +102,10 @@ def adaptive_avg_pool2d(input: torch.Tensor, output_size, *, precision=None,
         precision: compute dtype, None defers to the policy's ``avg`` entry.
         backend: ``'auto'``, ``'native'``, ``'reference'``, ``'npu'`` or ``'tuned'``.
     """
+    out = direct.run_cached(direct.adaptive_avg_pool2d, (output_size, precision, backend),
+                            input)
+    if out is not None:
+        return out
     check_input(input, 'adaptive_avg_pool2d', ranks=(3, 4))
     out_hw = geo.adaptive_output_size(input.shape[-2:], output_size)
     normalize_precision(precision)

@@ -8,6 +8,7 @@ from .. import backends
 from ..core.precision import normalize_precision, run_with_precision
 from ..core import geometry as geo
 from ..core.validation import check_input
+from . import direct
 
 
 def upsample(input: torch.Tensor, size=None, scale_factor=None, mode: str = 'nearest',
@@ -42,6 +43,11 @@ def upsample(input: torch.Tensor, size=None, scale_factor=None, mode: str = 'nea
     Raises:
         TypeError, ValueError: for invalid arguments, before any kernel runs.
     """
+    out = direct.run_cached(direct.upsample, (size, scale_factor, mode, align_corners,
+                                              recompute_scale_factor, antialias, precision,
+                                              backend), input)
+    if out is not None:
+        return out
     check_input(input, 'upsample', ranks=(4,), integer_dtypes=(torch.uint8,))
     args = geo.check_upsample_args(size, scale_factor, mode, align_corners,
                                    recompute_scale_factor, antialias)

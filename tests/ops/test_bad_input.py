@@ -118,7 +118,7 @@ POOL_CASES = [
     ('non-bool return_indices', 'max', (X, 2), dict(return_indices=1), TypeError,
      ['return_indices']),
     ('unknown precision', 'avg', (X, 2), dict(precision='int8'), ValueError, ['precision']),
-    ('unknown backend', 'max', (X, 2), dict(backend='fast'), ValueError, ['backend']),
+    ('unknown backend', 'max', (X, 2), dict(backend='tpu'), ValueError, ['backend']),
     ('adaptive zero size', 'adaptive', (X, 0), {}, ValueError, ['output_size', '>= 1']),
     ('adaptive wrong length', 'adaptive', (X, (1, 2, 3)), {}, ValueError, ['output_size']),
     ('adaptive float size', 'adaptive', (X, 2.5), {}, TypeError, ['output_size']),
