@@ -211,6 +211,25 @@ def _inference_case(name, base, hw, overrides=lambda cfg: None):
                 {'mmseg_cann converted, lean predict': converted}, compile=False, repeats=1)
 
 
+CALLS_PER_RUN = 1000
+
+
+def _overhead_case(name, nn_module, cann_module, functional, cann_functional):
+    """Per-call cost on a tiny map (1x8x4x4): ``CALLS_PER_RUN`` calls per timed run of the
+    nn module, the CANN module (cached direct call), ``torch.nn.functional`` and
+    ``mmseg_cann.ops``. What is left is Python overhead per call."""
+    def loop(fn):
+        def run(x):
+            for _ in range(CALLS_PER_RUN):
+                out = fn(x)
+            return out
+        return run
+    return Case(name, lambda d: (_rand((1, 8, 4, 4), torch.float32, d),), loop(nn_module),
+                {'mmseg_cann module': loop(cann_module),
+                 'torch.nn.functional': loop(functional),
+                 'mmseg_cann.ops': loop(cann_functional)}, compile=False)
+
+
 def _hrf_overrides(cfg):
     # the demo's width (16 base channels) at HRF's real size and slide windows
     cfg.model.backbone.base_channels = 16
@@ -234,6 +253,19 @@ CASES = {c.name: c for c in [
     _pool_case('maxpool_3_2_1', (N, C, 128, 256), 'max'),
     _pool_case('avgpool_3_2_1', (N, C, 128, 256), 'avg'),
     _pspnet_case('pspnet_r18_forward', (256, 512)),
+    _overhead_case('overhead_upsample', torch.nn.Upsample(scale_factor=2, mode='bilinear'),
+                   mmseg_cann.CANNUpsample(scale_factor=2, mode='bilinear'),
+                   lambda x: F.interpolate(x, scale_factor=2, mode='bilinear'),
+                   lambda x: upsample(x, scale_factor=2, mode='bilinear')),
+    _overhead_case('overhead_maxpool', torch.nn.MaxPool2d(3, 2, 1),
+                   mmseg_cann.CANNMaxPool2d(3, 2, 1), lambda x: F.max_pool2d(x, 3, 2, 1),
+                   lambda x: max_pool2d(x, 3, 2, 1)),
+    _overhead_case('overhead_avgpool', torch.nn.AvgPool2d(3, 2, 1),
+                   mmseg_cann.CANNAvgPool2d(3, 2, 1), lambda x: F.avg_pool2d(x, 3, 2, 1),
+                   lambda x: avg_pool2d(x, 3, 2, 1)),
+    _overhead_case('overhead_adaptive', torch.nn.AdaptiveAvgPool2d(2),
+                   mmseg_cann.CANNAdaptiveAvgPool2d(2), lambda x: F.adaptive_avg_pool2d(x, 2),
+                   lambda x: mmseg_cann.ops.adaptive_avg_pool2d(x, 2)),
     _inference_case('infer_fastscnn_cityscapes_whole',
                     'mmseg::fastscnn/fast_scnn_8xb4-160k_cityscapes-512x1024.py', (1024, 2048)),
     _inference_case('infer_unet_hrf_slide', 'mmseg::unet/unet-s5-d16_fcn_4xb4-40k_hrf-256x256.py',
