@@ -55,6 +55,16 @@ def make_input(shape, dtype=torch.float32, memory_format='contiguous', seed=0):
     return x
 
 
+#: where the Triton kernel tests put their tensors: ``cpu`` (Triton's interpreter, the
+#: default) or the device ``tools/device_check.py --device`` runs them on
+KERNEL_DEVICE = os.environ.get('MMSEG_CANN_KERNEL_DEVICE', 'cpu')
+
+
+def kernel_input(*args, **kwargs):
+    """:func:`make_input` on :data:`KERNEL_DEVICE` (layout kept)."""
+    return make_input(*args, **kwargs).to(KERNEL_DEVICE)
+
+
 def run_python(args, **kwargs):
     """Run a Python subprocess from the repository root with this interpreter."""
     import subprocess

@@ -56,6 +56,8 @@ class Case:
     compile: bool = True
     #: timed calls for cases too slow for --repeats (whole-model inference)
     repeats: Optional[int] = None
+    #: the Triton kernel form, benchmarked on CUDA/NPU devices only
+    triton: Optional[Callable] = None
 
 
 def _rand(shape, dtype, device, channels_last=False, seed=0):
@@ -77,7 +79,8 @@ def _upsample_case(name, shape, size, mode, dtype=torch.float32, cl=False):
     return Case(name, lambda d: (_rand(shape, dtype, d, cl),),
                 lambda x: F.interpolate(x, size=size, **kw),
                 {f'mmseg_cann {b}': (lambda x, b=b: upsample(x, size=size, backend=b, **kw))
-                 for b in ('native',)}, _bytes_in_out)
+                 for b in ('native',)}, _bytes_in_out,
+                triton=lambda x: upsample(x, size=size, backend='triton', **kw))
 
 
 def _add_case(name, shape, size):
@@ -88,7 +91,8 @@ def _add_case(name, shape, size):
                 {'mmseg_cann native': lambda x, o: upsample_add(x, o, backend='native'),
                  'mmseg_cann fused': lambda x, o: upsample_add(x, o, backend='fused'),
                  'mmseg_cann fused, torch paths': _without_numba(
-                     lambda x, o: upsample_add(x, o, backend='fused'))}, _bytes_in_out)
+                     lambda x, o: upsample_add(x, o, backend='fused'))}, _bytes_in_out,
+                triton=lambda x, o: upsample_add(x, o, backend='triton'))
 
 
 def _argmax_case(name, shape, size):
@@ -98,7 +102,8 @@ def _argmax_case(name, shape, size):
                 {'mmseg_cann native': lambda x: upsample_argmax(x, size, backend='native'),
                  'mmseg_cann fused': lambda x: upsample_argmax(x, size, backend='fused'),
                  'mmseg_cann fused, torch paths': _without_numba(
-                     lambda x: upsample_argmax(x, size, backend='fused'))}, _bytes_in_out)
+                     lambda x: upsample_argmax(x, size, backend='fused'))}, _bytes_in_out,
+                triton=lambda x: upsample_argmax(x, size, backend='triton'))
 
 
 def _without_numba(fn):
@@ -118,7 +123,55 @@ def _pool_case(name, shape, kind):
     ours = max_pool2d if kind == 'max' else avg_pool2d
     return Case(name, lambda d: (_rand(shape, torch.float32, d),),
                 lambda x: torch_fn(x, 3, 2, 1),
-                {'mmseg_cann native': lambda x: ours(x, 3, 2, 1)}, _bytes_in_out)
+                {'mmseg_cann native': lambda x: ours(x, 3, 2, 1)}, _bytes_in_out,
+                triton=lambda x: ours(x, 3, 2, 1, backend='triton'))
+
+
+def _fast_upsample_case(name, shape, size, mode, cl=False, align_corners=False):
+    """Forward upsample: eager, torch.compile, ``backend='native'`` and ``'fast'``."""
+    kw = dict(mode=mode, align_corners=align_corners) if mode == 'bilinear' else dict(mode=mode)
+    return Case(name, lambda d: (_rand(shape, torch.float32, d, cl),),
+                lambda x: F.interpolate(x, size=size, **kw),
+                {f'mmseg_cann {b}': (lambda x, b=b: upsample(x, size=size, backend=b, **kw))
+                 for b in ('native', 'fast')}, _bytes_in_out)
+
+
+def _fast_bilinear_train_case(name, shape, size, cl=False):
+    """Bilinear forward + backward (a given output gradient): eager vs ``'fast'``."""
+    def make(d):
+        x = _rand(shape, torch.float32, d, cl).requires_grad_()
+        return x, _rand(shape[:2] + size, torch.float32, d, cl, seed=1)
+
+    def step(fn):
+        def run(x, g):
+            with torch.enable_grad():
+                fn(x).backward(g)
+            grad, x.grad = x.grad, None
+            return grad
+        return run
+    return Case(name, make, step(lambda x: F.interpolate(x, size=size, mode='bilinear')),
+                {'mmseg_cann fast': step(lambda x: upsample(x, size=size, mode='bilinear',
+                                                            backend='fast'))},
+                _bytes_in_out, compile=False)
+
+
+def _fast_pool_case(name, shape, kind, cl=False):
+    """Pooling 3/2/1 (max with the indices training needs): eager, compile, native, fast."""
+    if kind == 'max':
+        def torch_fn(x):
+            return F.max_pool2d(x, 3, 2, 1, return_indices=True)
+
+        def ours(x, b):
+            return max_pool2d(x, 3, 2, 1, return_indices=True, backend=b)
+    else:
+        def torch_fn(x):
+            return F.avg_pool2d(x, 3, 2, 1)
+
+        def ours(x, b):
+            return avg_pool2d(x, 3, 2, 1, backend=b)
+    return Case(name, lambda d: (_rand(shape, torch.float32, d, cl),), torch_fn,
+                {f'mmseg_cann {b}': (lambda x, b=b: ours(x, b)) for b in ('native', 'fast')},
+                _bytes_in_out)
 
 
 def _pspnet_case(name, hw):
@@ -252,6 +305,21 @@ CASES = {c.name: c for c in [
     _argmax_case('upsample_argmax_150', (1, 150, 128, 128), (1024, 1024)),
     _pool_case('maxpool_3_2_1', (N, C, 128, 256), 'max'),
     _pool_case('avgpool_3_2_1', (N, C, 128, 256), 'avg'),
+    _fast_upsample_case('fast_bilinear2x_nchw', (N, C, 128, 256), (256, 512), 'bilinear'),
+    _fast_upsample_case('fast_bilinear2x_nchw_ac', (N, C, 128, 256), (256, 512), 'bilinear',
+                        align_corners=True),
+    _fast_upsample_case('fast_bilinear2x_cl', (N, C, 128, 256), (256, 512), 'bilinear', cl=True),
+    _fast_upsample_case('fast_bilinear2x_cl_ac', (N, C, 128, 256), (256, 512), 'bilinear',
+                        cl=True, align_corners=True),
+    _fast_bilinear_train_case('fast_bilinear2x_fwd_bwd_nchw', (N, C, 128, 256), (256, 512)),
+    _fast_bilinear_train_case('fast_bilinear2x_fwd_bwd_cl', (N, C, 128, 256), (256, 512),
+                              cl=True),
+    _fast_upsample_case('fast_nearest2x_nchw', (N, C, 128, 256), (256, 512), 'nearest'),
+    _fast_upsample_case('fast_nearest2x_cl', (N, C, 128, 256), (256, 512), 'nearest', cl=True),
+    _fast_pool_case('fast_maxpool_idx_3_2_1_nchw', (N, C, 128, 256), 'max'),
+    _fast_pool_case('fast_maxpool_idx_3_2_1_cl', (N, C, 128, 256), 'max', cl=True),
+    _fast_pool_case('fast_avgpool_3_2_1_nchw', (N, C, 128, 256), 'avg'),
+    _fast_pool_case('fast_avgpool_3_2_1_cl', (N, C, 128, 256), 'avg', cl=True),
     _pspnet_case('pspnet_r18_forward', (256, 512)),
     _overhead_case('overhead_upsample', torch.nn.Upsample(scale_factor=2, mode='bilinear'),
                    mmseg_cann.CANNUpsample(scale_factor=2, mode='bilinear'),
@@ -345,6 +413,8 @@ def run_case(case: Case, device, repeats: int, use_compile: bool, ceiling: float
     if use_compile and case.compile:
         impls['torch.compile'] = torch.compile(case.eager, dynamic=False)
     impls.update(case.ours)
+    if case.triton is not None and device.type in ('cuda', 'npu'):
+        impls['mmseg_cann triton'] = case.triton
     rows = []
     with torch.no_grad():
         for label, fn in impls.items():

@@ -6,7 +6,7 @@ import torch
 
 from mmseg_cann.ops import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from mmseg_cann.core import reference as ref
-from tests._helpers import make_input
+from tests._helpers import kernel_input
 
 pytest.importorskip('triton')
 
@@ -25,7 +25,7 @@ MAX_ONLY = [((9, 9), dict(kernel_size=3, stride=2, padding=1, dilation=2))]
 @pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
 def test_max_pool_matches_pytorch_and_reference(layout, dtype):
     for seed, (hw, kw) in enumerate(CASES + MAX_ONLY):
-        x = make_input((1, 3) + hw, dtype, layout, seed=seed)
+        x = kernel_input((1, 3) + hw, dtype, layout, seed=seed)
         x[0, 0, 0, 0] = float('nan')  # NaN propagates
         got, idx = max_pool2d(x, **kw, return_indices=True, backend='triton')
         want, want_idx = max_pool2d(x, **kw, return_indices=True, backend='native')
@@ -42,7 +42,7 @@ def test_max_pool_matches_pytorch_and_reference(layout, dtype):
                                      dict(divisor_override=5), dict(divisor_override=1)], ids=str)
 def test_avg_pool_matches_pytorch_and_reference(options, layout, dtype):
     for seed, (hw, kw) in enumerate(CASES):
-        x = make_input((1, 3) + hw, dtype, layout, seed=seed)
+        x = kernel_input((1, 3) + hw, dtype, layout, seed=seed)
         got = avg_pool2d(x, **kw, **options, backend='triton', precision='input')
         exact = ref.avg_pool2d(x, **kw, **options)
         assert got.dtype == dtype
@@ -67,7 +67,7 @@ def test_fp16_average_of_a_large_window_is_accumulated_in_fp32():
 def test_three_d_input(layout, dtype):
     """(C, H, W) input through every Triton pooling op (the kernels take a batch of one),
     also with HWC strides (channels_last once batched)."""
-    x = make_input((1, 4, 7, 9), dtype, seed=3)[0]
+    x = kernel_input((1, 4, 7, 9), dtype, seed=3)[0]
     if layout == 'hwc':
         x = x.permute(1, 2, 0).contiguous().permute(2, 0, 1)
     kw = dict(kernel_size=3, stride=2, padding=1)
@@ -90,7 +90,7 @@ def test_three_d_input(layout, dtype):
 def test_int64_offsets_and_gpu_plan_give_identical_results(layout, monkeypatch):
     from mmseg_cann.kernels import _common
     monkeypatch.setattr(_common, 'TUNER', _common.Tuner(lambda fn: (fn(), 1.0)[1]))
-    x = make_input((2, 3, 9, 11), torch.float16, layout)
+    x = kernel_input((2, 3, 9, 11), torch.float16, layout)
     x[0, 1, 2, 3] = float('nan')
     kw = dict(kernel_size=3, stride=2, padding=1)
 

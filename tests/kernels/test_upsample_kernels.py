@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from mmseg_cann.core import reference as ref
 from mmseg_cann.ops import upsample
 from mmseg_cann.ops.fused import upsample_add, upsample_argmax
-from tests._helpers import AWKWARD_SHAPES, assert_same_layout, make_input, run_python
+from tests._helpers import (AWKWARD_SHAPES, KERNEL_DEVICE, assert_same_layout, kernel_input,
+                            run_python)
 
 pytest.importorskip('triton')
 
@@ -34,8 +35,8 @@ def _sid(setting):
 @pytest.mark.parametrize('setting', SETTINGS, ids=_sid)
 def test_forward_add_argmax_match_pytorch_and_reference(setting, layout, dtype):
     for seed, ((h, w), (H, W)) in enumerate(KERNEL_SHAPES):
-        x = make_input((1, 2, h, w), dtype, layout, seed=seed)
-        other = make_input((1, 2, H, W), dtype, layout, seed=50 + seed)
+        x = kernel_input((1, 2, h, w), dtype, layout, seed=seed)
+        other = kernel_input((1, 2, H, W), dtype, layout, seed=50 + seed)
         want = F.interpolate(x, size=(H, W), **setting)
         exact = ref.upsample(x, size=(H, W), **setting)
         got = upsample(x, size=(H, W), backend='triton', **setting)
@@ -64,8 +65,8 @@ BACKWARD_SHAPES = [s for s in AWKWARD_SHAPES if s[1][0] <= 4 * s[0][0] and s[1][
 @pytest.mark.parametrize('align_corners', [False, True])
 def test_bilinear_backward_matches_and_is_deterministic(align_corners):
     for seed, ((h, w), (H, W)) in enumerate(BACKWARD_SHAPES):
-        x = make_input((1, 2, h, w), torch.float32, seed=seed).requires_grad_()
-        grad = make_input((1, 2, H, W), torch.float32, seed=7 + seed)
+        x = kernel_input((1, 2, h, w), torch.float32, seed=seed).requires_grad_()
+        grad = kernel_input((1, 2, H, W), torch.float32, seed=7 + seed)
         kw = dict(size=(H, W), mode='bilinear', align_corners=align_corners)
         got, = torch.autograd.grad(upsample(x, backend='triton', **kw), x, grad)
         again, = torch.autograd.grad(upsample(x, backend='triton', **kw), x, grad)
@@ -80,8 +81,8 @@ def test_bilinear_backward_matches_and_is_deterministic(align_corners):
 
 
 def test_backward_fp16_channels_last():
-    x = make_input((1, 3, 5, 7), torch.float16, 'channels_last').requires_grad_()
-    grad = make_input((1, 3, 9, 13), torch.float16, seed=1)
+    x = kernel_input((1, 3, 5, 7), torch.float16, 'channels_last').requires_grad_()
+    grad = kernel_input((1, 3, 9, 13), torch.float16, seed=1)
     got, = torch.autograd.grad(upsample(x, size=(9, 13), mode='bilinear', backend='triton'),
                                x, grad)
     xd = x.detach().double().requires_grad_()
@@ -127,9 +128,9 @@ def _assert_all_equal(got, want):
 @pytest.mark.parametrize('layout', LAYOUTS + ['strided'])
 def test_int64_offsets_give_identical_results(layout):
     from mmseg_cann.kernels import _common
-    x = make_input((2, 5, 3, 4), torch.float32, layout)
-    other = make_input((2, 5, 7, 9), torch.float32, layout, seed=1)
-    grad = make_input((2, 5, 7, 9), torch.float32, layout, seed=2)
+    x = kernel_input((2, 5, 3, 4), torch.float32, layout)
+    other = kernel_input((2, 5, 7, 9), torch.float32, layout, seed=1)
+    grad = kernel_input((2, 5, 7, 9), torch.float32, layout, seed=2)
     want = _all_upsample_ops(x, other, grad, (7, 9))
     with _common.launch_context(index_limit=1):  # every launch takes the int64 path
         got = _all_upsample_ops(x, other, grad, (7, 9))
@@ -144,9 +145,9 @@ def test_gpu_launch_plan_gives_identical_results(layout, monkeypatch):
     measured = []
     monkeypatch.setattr(_common, 'TUNER', _common.Tuner(
         lambda fn: (fn(), measured.append(1), 1.0)[-1]))
-    x = make_input((1, 40, 3, 5), torch.float16, layout)  # 40 classes: two class steps
-    other = make_input((1, 40, 6, 11), torch.float16, layout, seed=1)
-    grad = make_input((1, 40, 6, 11), torch.float16, layout, seed=2)
+    x = kernel_input((1, 40, 3, 5), torch.float16, layout)  # 40 classes: two class steps
+    other = kernel_input((1, 40, 6, 11), torch.float16, layout, seed=1)
+    grad = kernel_input((1, 40, 6, 11), torch.float16, layout, seed=2)
     want = _all_upsample_ops(x, other, grad, (6, 11))
     h100 = _common.DeviceProps('cuda', 132)
     with _common.launch_context(h100):
@@ -169,14 +170,15 @@ def test_argmax_nan_and_ties_as_torch_argmax(classes, layout):
     x[1, :, 0, 1] = float('inf')
     if layout == 'channels_last':
         x = x.contiguous(memory_format=torch.channels_last)
+    x = x.to(KERNEL_DEVICE)
     labels = upsample_argmax(x, (6, 8), mode='nearest', backend='triton')
     want = F.interpolate(x, size=(6, 8), mode='nearest').argmax(1)
     assert torch.equal(labels, want)
 
 
 def test_backward_channels_last_float32_matches_and_keeps_layout():
-    x = make_input((2, 5, 4, 6), torch.float32, 'channels_last').requires_grad_()
-    grad = make_input((2, 5, 13, 9), torch.float32, 'channels_last', seed=3)
+    x = kernel_input((2, 5, 4, 6), torch.float32, 'channels_last').requires_grad_()
+    grad = kernel_input((2, 5, 13, 9), torch.float32, 'channels_last', seed=3)
     kw = dict(size=(13, 9), mode='bilinear', align_corners=False)
     got, = torch.autograd.grad(upsample(x, backend='triton', **kw), x, grad)
     want, = torch.autograd.grad(F.interpolate(x, **kw), x, grad)

@@ -91,6 +91,33 @@ def test_device_cuda_skips_cleanly_without_a_gpu():
     assert 'skipped: no CUDA device is available' in proc.stdout
 
 
+@pytest.mark.slow
+def test_device_run_end_to_end_on_cpu_under_the_interpreter(tmp_path):
+    """What a GPU/NPU machine runs, on the CPU: parity, the kernel tests (interpreter),
+    the benchmark, one JSON summary with the headline figures."""
+    out = tmp_path / 'device.json'
+    proc = run_tool('--device', 'cpu', '--quick', '--json', str(out), timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads(out.read_text())
+    assert summary['ok'] and summary['parity']['failed'] == 0 and summary['parity']['total']
+    assert summary['kernel_tests']['returncode'] == 0
+    assert ' passed' in summary['kernel_tests']['summary']
+    rows = summary['benchmark']['rows']
+    assert {r['impl'] for r in rows} >= {'eager', 'mmseg_cann fused'}
+    assert 'smoke_upsample_add' in summary['benchmark']['headline']
+    assert 'device_check: passed' in proc.stdout
+
+
+def test_device_json_records_the_skip(tmp_path):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip('a CUDA device is present')
+    out = tmp_path / 'skip.json'
+    proc = run_tool('--device', 'cuda', '--json', str(out), timeout=300)
+    assert proc.returncode == 0
+    assert json.loads(out.read_text())['skipped'] == 'no CUDA device is available'
+
+
 BROKEN = '''
 import triton
 import triton.language as tl
