@@ -30,7 +30,7 @@ def __getattr__(name):
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
 
 
-__all__ = ['__version__', 'core', 'ops', 'ArgumentError', 'CANNUpsample', 'CANNMaxPool2d', 'CANNAvgPool2d',
-           'CANNAdaptiveAvgPool2d', 'PrecisionPolicy', 'get_precision_policy',
+__all__ = ['__version__', 'core', 'ops', 'ArgumentError', 'CANNUpsample', 'CANNMaxPool2d',
+           'CANNAvgPool2d', 'CANNAdaptiveAvgPool2d', 'PrecisionPolicy', 'get_precision_policy',
            'set_precision_policy', 'precision_policy', 'convert_model', 'route_resize',
            'restore_resize', 'CANNOpsHook', 'allow_mmengine_checkpoints']

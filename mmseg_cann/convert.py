@@ -27,6 +27,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from torch import nn
 
+from .backends import OPS, check_backend
 from .models import CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d, CANNUpsample
 from .fusion import apply_fusion
 from .models.registry import CANN_MODULES
@@ -187,7 +188,8 @@ def _pool_precision_entry(pool_precision, key):
 
 
 def _replacement(module: nn.Module, upsample_on: bool, pooling_on: bool,
-                 pool_precision, upsample_precision) -> Optional[nn.Module]:
+                 pool_precision, upsample_precision, backend: str = 'auto'
+                 ) -> Optional[nn.Module]:
     if isinstance(module, CANN_MODULES):
         return None
     mmseg_upsample = _mmseg_upsample_type()
@@ -196,36 +198,40 @@ def _replacement(module: nn.Module, upsample_on: bool, pooling_on: bool,
         if module.size:
             return CANNUpsample(size=module.size, mode=module.mode,
                                 align_corners=module.align_corners,
-                                precision=upsample_precision)
+                                precision=upsample_precision, backend=backend)
         return CANNUpsample(scale_factor=module.scale_factor, mode=module.mode,
                             align_corners=module.align_corners, recompute_scale_factor=True,
-                            precision=upsample_precision)
+                            precision=upsample_precision, backend=backend)
     if upsample_on and isinstance(module, nn.Upsample):
         return CANNUpsample(size=module.size, scale_factor=module.scale_factor,
                             mode=module.mode, align_corners=module.align_corners,
                             recompute_scale_factor=module.recompute_scale_factor,
-                            precision=upsample_precision)
+                            precision=upsample_precision, backend=backend)
     if not pooling_on:
         return None
     if isinstance(module, nn.MaxPool2d):
         return CANNMaxPool2d(module.kernel_size, module.stride, module.padding, module.dilation,
                              module.return_indices, module.ceil_mode,
-                             precision=_pool_precision_entry(pool_precision, 'max'))
+                             precision=_pool_precision_entry(pool_precision, 'max'),
+                             backend=backend)
     if isinstance(module, nn.AvgPool2d):
         return CANNAvgPool2d(module.kernel_size, module.stride, module.padding,
                              module.ceil_mode, module.count_include_pad,
                              module.divisor_override,
-                             precision=_pool_precision_entry(pool_precision, 'avg'))
+                             precision=_pool_precision_entry(pool_precision, 'avg'),
+                             backend=backend)
     if isinstance(module, nn.AdaptiveAvgPool2d):
         return CANNAdaptiveAvgPool2d(module.output_size,
-                                     precision=_pool_precision_entry(pool_precision, 'avg'))
+                                     precision=_pool_precision_entry(pool_precision, 'avg'),
+                                     backend=backend)
     return None
 
 
 def convert_model(model: nn.Module, *, upsample: bool = True, pooling: bool = True,
                   resize: bool = True, pool_precision: Optional[Mapping[str, PrecisionLike]] = None,
                   upsample_precision: PrecisionLike = None, logger=None,
-                  fuse_upsample_add: bool = False, lean_predict: bool = False) -> nn.Module:
+                  fuse_upsample_add: bool = False, lean_predict: bool = False,
+                  backend: str = 'auto') -> nn.Module:
     """Replace upsample/pool modules with CANN modules in place; returns ``model``.
 
     Args:
@@ -244,6 +250,8 @@ def convert_model(model: nn.Module, *, upsample: bool = True, pooling: bool = Tr
         lean_predict: a ``predict`` taking labels with :func:`mmseg_cann.ops.upsample_argmax`
             without full-resolution logits (``seg_logits_low`` instead of ``seg_logits``;
             :mod:`mmseg_cann.fusion`). Undo both with :func:`mmseg_cann.fusion.unfuse_model`.
+        backend: the ``backend`` of every CANN module built (``'auto'``, ``'fast'``, ...;
+            :mod:`mmseg_cann.backends`). Routed ``resize()`` calls keep ``'auto'``.
 
     The report (``ConversionReport``) is logged and kept as ``model.cann_conversion_report``.
     """
@@ -252,6 +260,8 @@ def convert_model(model: nn.Module, *, upsample: bool = True, pooling: bool = Tr
     for key in ('max', 'avg'):  # validated before any module changes
         _pool_precision_entry(pool_precision, key)
     normalize_precision(upsample_precision, 'upsample_precision')
+    for op in OPS:
+        check_backend(backend, op)
     inner = unwrap_model(model)
     report = ConversionReport()
     for path, module in list(inner.named_modules()):
@@ -259,7 +269,7 @@ def convert_model(model: nn.Module, *, upsample: bool = True, pooling: bool = Tr
             full = f'{path}.{child_name}' if path else child_name
             try:
                 new = _replacement(child, upsample, pooling, pool_precision,
-                                   upsample_precision)
+                                   upsample_precision, backend)
             except (TypeError, ValueError) as exc:
                 # settings PyTorch accepts when building a module but no CANN module takes
                 # (PyTorch would fail when it runs): keep the module as it is

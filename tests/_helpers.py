@@ -74,6 +74,23 @@ def run_python(args, **kwargs):
                           capture_output=True, text=True, **kwargs)
 
 
+def valid_pool_cases(settings, inputs, dilation: int = 1):
+    """``(setting, (H, W))`` pairs whose pooling window fits the padded input."""
+    from mmseg_cann.core import geometry as geo
+    cases = []
+    for setting in settings:
+        for hw in inputs:
+            args = geo.check_pool_args(setting['kernel_size'], setting.get('stride'),
+                                       setting.get('padding', 0), dilation,
+                                       setting.get('ceil_mode', False))
+            try:
+                geo.pool_spec(hw, args)
+            except ValueError:
+                continue  # kernel larger than the padded input
+            cases.append((setting, hw))
+    return cases
+
+
 def assert_same_layout(got: torch.Tensor, expected: torch.Tensor) -> None:
     """``got`` is (unambiguously) channels_last exactly when ``expected`` is."""
     from mmseg_cann.core.validation import is_channels_last

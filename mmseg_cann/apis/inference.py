@@ -23,7 +23,8 @@ from ..engine.checkpoint import allow_mmengine_checkpoints
 
 #: CANNOpsHook's keyword arguments and their defaults (what the hook converts with)
 HOOK_DEFAULTS = dict(pool_precision=None, upsample_precision=None, upsample=True,
-                     pooling=True, resize=True, fuse_upsample_add=False, lean_predict=False)
+                     pooling=True, resize=True, fuse_upsample_add=False, lean_predict=False,
+                     backend='auto')
 
 
 def cann_settings(cfg) -> dict:
@@ -50,7 +51,8 @@ def convert_for_inference(model: nn.Module, cfg, lean_predict: bool = True) -> n
         set_precision_policy(settings['pool_precision'], settings['upsample_precision'])
     convert_model(model, upsample=settings['upsample'], pooling=settings['pooling'],
                   resize=settings['resize'], fuse_upsample_add=settings['fuse_upsample_add'],
-                  lean_predict=lean_predict or settings['lean_predict'])
+                  lean_predict=lean_predict or settings['lean_predict'],
+                  backend=settings['backend'])
     return model
 
 

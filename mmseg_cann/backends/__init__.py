@@ -31,6 +31,11 @@ backends:
 ``'triton'``
     the Triton kernels of :mod:`mmseg_cann.kernels` (CUDA, Ascend through triton-ascend,
     CPU under ``TRITON_INTERPRET=1``).
+``'fast'``
+    the project's own kernels where they exist for the device (:mod:`.fast`: numba on
+    CPU for float32 bilinear/nearest upsampling, max and average pooling, differentiable;
+    the Triton kernels on CUDA/NPU tensors), PyTorch's op elsewhere; within a documented
+    error bound of PyTorch (max pooling values and indices exact).
 """
 from __future__ import annotations
 
@@ -40,7 +45,7 @@ import torch
 
 from ..core import export_mode
 from ..core import geometry as geo
-from . import auto, fused, native, npu, portable, reference, tuned
+from . import auto, fast, fused, native, npu, portable, reference, tuned
 from . import triton as triton_backend
 
 #: the ops every backend implements
@@ -131,7 +136,7 @@ def get_backend(name: str, op: str = 'upsample') -> object:
 
 for _name, _backend in (('auto', auto), ('native', native), ('reference', reference),
                         ('npu', npu), ('tuned', tuned), ('fused', fused),
-                        ('portable', portable), ('triton', triton_backend)):
+                        ('portable', portable), ('triton', triton_backend), ('fast', fast)):
     register_backend(_name, _backend)
 del _name, _backend
 

@@ -66,7 +66,9 @@ def forked_after_use() -> bool:
             and _pool['layer'] == 'omp')
 
 
-def _note_pool(numba) -> None:
+def note_pool(numba) -> None:
+    """Record that this process started numba's thread pool (see :func:`forked_after_use`);
+    every numba kernel calls it after running."""
     if _pool['pid'] != os.getpid():
         _pool['pid'], _pool['layer'] = os.getpid(), numba.threading_layer()
 
@@ -81,9 +83,8 @@ def chunk_rows(h: int, H: int, bytes_per_low_row: int, n_parallel: int, threads:
 
 
 @lru_cache(maxsize=1)
-def _kernels():
-    import numba
-    from numba import njit, prange
+def intrinsics():
+    """``(fma, select)``: LLVM intrinsics for njit code (shared by every numba kernel)."""
     from numba.extending import intrinsic
 
     @intrinsic
@@ -101,6 +102,16 @@ def _kernels():
         def codegen(context, builder, signature, args):
             return builder.select(*args)
         return a(cond, a, b), codegen
+
+    return fma, select
+
+
+@lru_cache(maxsize=1)
+def _kernels():
+    import numba
+    from numba import njit, prange
+
+    fma, select = intrinsics()
 
     @njit(inline='always')
     def _lerp_rows_along_w(src, c_lo, c_hi, r_lo, r_hi, cols, buf):
@@ -211,7 +222,7 @@ def column_taps(i0: np.ndarray, i1: np.ndarray, w0: np.ndarray, w1: np.ndarray) 
     return seg, i0[seg[:-1]], i1[seg[:-1]], i0, i1, w0, w1
 
 
-def _threads(numba) -> int:
+def use_threads(numba) -> int:
     """Run with as many threads as PyTorch uses (``torch.set_num_threads`` applies)."""
     import torch
     threads = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
@@ -229,14 +240,14 @@ def upsample_add_into(x: np.ndarray, other: np.ndarray, out: np.ndarray, row_tap
     numba, add, _ = _kernels()
     n, c, h, w = x.shape
     H, W = out.shape[2:]
-    threads = _threads(numba)
+    threads = use_threads(numba)
     rows = chunk_rows(h, H, W * x.itemsize, n * c, threads)
     i0, i1 = row_taps[:2]
     starts = np.arange(0, H, rows)
     needed = int((i1[np.minimum(starts + rows, H) - 1] - i0[starts]).max()) + 1
     work = torch.empty((threads, needed, 1, W), dtype=torch.float32).numpy()
     add(x, other, out, *row_taps, column_taps(*col_taps), rows, work)
-    _note_pool(numba)
+    note_pool(numba)
 
 
 def upsample_argmax_into(x: np.ndarray, out: np.ndarray, row_taps, col_taps) -> None:
@@ -247,10 +258,10 @@ def upsample_argmax_into(x: np.ndarray, out: np.ndarray, row_taps, col_taps) -> 
     numba, _, argmax = _kernels()
     n, c, h, w = x.shape
     H, W = out.shape[1:]
-    threads = _threads(numba)
+    threads = use_threads(numba)
     rows = -(-H // max(1, -(-4 * threads // n)))  # >= 4 chunks per thread
     work = torch.empty((threads, 2, c, W), dtype=torch.float32).numpy()
     work_best = torch.empty((threads, 2, W), dtype=torch.float32).numpy()
     work_label = torch.empty((threads, 2, W), dtype=torch.int32).numpy()
     argmax(x, out, *row_taps, column_taps(*col_taps), rows, work, work_best, work_label)
-    _note_pool(numba)
+    note_pool(numba)

@@ -12,6 +12,7 @@ from typing import Mapping, Optional
 
 from mmengine.hooks import Hook
 
+from ..backends import OPS, check_backend
 from ..convert import convert_model, unwrap_model
 from ..core.precision import PrecisionLike, set_precision_policy
 from ..models.registry import register_once
@@ -28,11 +29,13 @@ class CANNOpsHook(Hook):
         upsample_precision: the policy's ``upsample`` entry (None keeps it).
         upsample, pooling, resize: what :func:`mmseg_cann.convert_model` converts.
         fuse_upsample_add, lean_predict: its opt-in fusions (:mod:`mmseg_cann.fusion`).
+        backend: the backend of the CANN modules (``'auto'``, ``'fast'``, ...).
 
     Building the hook allow-lists mmengine's checkpoint contents for
     ``torch.load(weights_only=True)`` (:func:`allow_mmengine_checkpoints`), so the runner
-    it belongs to can resume and load checkpoints. The conversion runs once (the first of ``before_run``/``before_train``/``before_val``/
-    ``before_test`` that sees an unconverted model) and its report is logged once.
+    it belongs to can resume and load checkpoints. The conversion runs once (the first of
+    ``before_run``/``before_train``/``before_val``/``before_test`` that sees an unconverted
+    model) and its report is logged once.
     """
 
     priority = 'VERY_HIGH'
@@ -40,10 +43,12 @@ class CANNOpsHook(Hook):
     def __init__(self, pool_precision: Optional[Mapping[str, PrecisionLike]] = None,
                  upsample_precision: PrecisionLike = None, upsample: bool = True,
                  pooling: bool = True, resize: bool = True, fuse_upsample_add: bool = False,
-                 lean_predict: bool = False) -> None:
+                 lean_predict: bool = False, backend: str = 'auto') -> None:
         from ..core.precision import PrecisionPolicy
         # validate now, so a bad config fails when the hook is built
         PrecisionPolicy().updated(pool_precision, upsample_precision)
+        for op in OPS:
+            check_backend(backend, op)
         self.pool_precision = dict(pool_precision) if pool_precision is not None else None
         self.upsample_precision = upsample_precision
         self.upsample = upsample
@@ -51,6 +56,7 @@ class CANNOpsHook(Hook):
         self.resize = resize
         self.fuse_upsample_add = fuse_upsample_add
         self.lean_predict = lean_predict
+        self.backend = backend
         self.report = None
         allow_mmengine_checkpoints()
 
@@ -64,7 +70,8 @@ class CANNOpsHook(Hook):
             set_precision_policy(self.pool_precision, self.upsample_precision)
         convert_model(runner.model, upsample=self.upsample, pooling=self.pooling,
                       resize=self.resize, logger=runner.logger,
-                      fuse_upsample_add=self.fuse_upsample_add, lean_predict=self.lean_predict)
+                      fuse_upsample_add=self.fuse_upsample_add, lean_predict=self.lean_predict,
+                      backend=self.backend)
         self.report = model.cann_conversion_report
 
     def _warn_environment(self, runner) -> None:

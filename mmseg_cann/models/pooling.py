@@ -40,7 +40,9 @@ class CANNMaxPool2d(DirectCallCache, nn.MaxPool2d):
             ``nn.MaxPool2d``; ``padding`` also takes ``'valid'``, ``'same'``,
             ``'same_upper'`` and ``'same_lower'`` (ONNX ``auto_pad``).
         precision: compute dtype (None defers to the policy's ``max`` entry).
-        backend: ``'auto'``, ``'native'``, ``'reference'``, ``'npu'`` or ``'tuned'``.
+        backend: a registered backend name (``'auto'``, ``'native'``, ``'fast'``,
+            ``'reference'``, ``'npu'``, ``'tuned'``, ``'triton'``, ...; see
+            :mod:`mmseg_cann.backends`).
 
     Shape:
         ``(N, C, H, W)`` or ``(C, H, W)`` -> ``(N, C, H_out, W_out)`` or ``(C, H_out, W_out)``.
@@ -82,7 +84,9 @@ class CANNAvgPool2d(DirectCallCache, nn.AvgPool2d):
             ``nn.AvgPool2d``; ``padding`` also takes the padding strings (SAME with ONNX
             ``count_include_pad`` semantics).
         precision: compute dtype (None defers to the policy's ``avg`` entry).
-        backend: ``'auto'``, ``'native'``, ``'reference'``, ``'npu'`` or ``'tuned'``.
+        backend: a registered backend name (``'auto'``, ``'native'``, ``'fast'``,
+            ``'reference'``, ``'npu'``, ``'tuned'``, ``'triton'``, ...; see
+            :mod:`mmseg_cann.backends`).
     """
 
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
@@ -120,7 +124,9 @@ class CANNAdaptiveAvgPool2d(DirectCallCache, nn.AdaptiveAvgPool2d):
     Args:
         output_size: int or pair (None entries keep the input size).
         precision: compute dtype (None defers to the policy's ``avg`` entry).
-        backend: ``'auto'``, ``'native'``, ``'reference'``, ``'npu'`` or ``'tuned'``.
+        backend: a registered backend name (``'auto'``, ``'native'``, ``'fast'``,
+            ``'reference'``, ``'npu'``, ``'tuned'``, ``'triton'``, ...; see
+            :mod:`mmseg_cann.backends`).
     """
 
     def __init__(self, output_size, *, precision=None, backend: str = 'auto') -> None:

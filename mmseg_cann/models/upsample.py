@@ -24,7 +24,9 @@ class CANNUpsample(DirectCallCache, nn.Upsample):
             ``nn.Upsample`` / :func:`mmseg_cann.ops.upsample`.
         antialias: antialiasing for bilinear/bicubic downsampling.
         precision: compute dtype (None defers to the precision policy).
-        backend: ``'auto'``, ``'native'``, ``'reference'``, ``'npu'`` or ``'tuned'``.
+        backend: a registered backend name (``'auto'``, ``'native'``, ``'fast'``,
+            ``'reference'``, ``'npu'``, ``'tuned'``, ``'triton'``, ...; see
+            :mod:`mmseg_cann.backends`).
 
     Shape:
         ``(N, C, H, W)`` -> ``(N, C, H_out, W_out)``.

@@ -40,6 +40,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .runtime import constant_values
+
 ATC_MAX_OPSET = 18
 #: MaxPool runs on the AI CPU outside these limits (max_pool_onnx_plugin.cpp)
 AICORE_MAX_KERNEL_SIDE = 255
@@ -100,16 +102,7 @@ def _values(model, names: Sequence[str]) -> Dict[str, np.ndarray]:
     """Values (and shapes) of tensors ``names``: constants directly, the rest by running
     the static graph on zeros (what follows from the input shapes only)."""
     import onnx
-    from onnx import numpy_helper
-    found: Dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t)
-                                    for t in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == 'Constant':
-            for a in node.attribute:
-                if a.name == 'value':
-                    found[node.output[0]] = numpy_helper.to_array(a.t)
-                elif a.name in ('value_ints', 'value_floats'):
-                    found[node.output[0]] = np.array(onnx.helper.get_attribute_value(a))
+    found = constant_values(model)
     missing = [n for n in names if n not in found]
     if missing:
         probe = onnx.ModelProto.FromString(model.SerializeToString())
@@ -373,13 +366,7 @@ def keep_dtype_nodes(model) -> List[str]:
     ``ReduceMean``, ``MatMul`` with an averaging constant (adaptive bins, area), and the
     constant ``Mul`` that corrects an ``AveragePool``'s divisor. Listing them in ATC's
     ``--keep_dtype`` file keeps them in fp32 under ``force_fp16``."""
-    from onnx import numpy_helper
-    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == 'Constant':
-            for a in node.attribute:
-                if a.name == 'value':
-                    consts[node.output[0]] = numpy_helper.to_array(a.t)
+    consts = constant_values(model)
     producers = {o: n for n in model.graph.node for o in n.output}
     names = []
     for node in model.graph.node:

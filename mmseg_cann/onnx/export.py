@@ -12,7 +12,7 @@ import torch
 from ..core.export_mode import DEFAULT_OPSET, TARGETS, export_mode
 from . import atc_backend, ops
 from .atc import ATC_MAX_OPSET, atc_reading
-from .runtime import run_onnx
+from .runtime import constant_values, run_onnx
 from .translation import MIN_OPSET, translation_table
 
 #: ONNX ops whose attributes :func:`node_summary` prints
@@ -262,15 +262,7 @@ def verify_onnx(model_proto, model: torch.nn.Module,
 def node_summary(model_proto) -> List[str]:
     """One line per Resize/pooling node: op, name, attributes, and constant sizes/scales."""
     import onnx
-    from onnx import numpy_helper
-    consts = {t.name: numpy_helper.to_array(t) for t in model_proto.graph.initializer}
-    for node in model_proto.graph.node:
-        if node.op_type == 'Constant':
-            for a in node.attribute:
-                if a.name == 'value':
-                    consts[node.output[0]] = numpy_helper.to_array(a.t)
-                elif a.name in ('value_ints', 'value_floats'):
-                    consts[node.output[0]] = np.array(onnx.helper.get_attribute_value(a))
+    consts = constant_values(model_proto)
     lines = []
     for node in model_proto.graph.node:
         if node.op_type not in SUMMARY_OPS:

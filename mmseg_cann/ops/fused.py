@@ -47,7 +47,7 @@ def upsample_add(input: torch.Tensor, other: torch.Tensor, mode: str = 'bilinear
         mode: ``'nearest'``, ``'nearest-exact'`` or ``'bilinear'``.
         align_corners: bilinear only (``False``/``None`` for the nearest modes).
         backend: a backend implementing the op (``'auto'``, ``'native'``, ``'fused'``,
-            ``'reference'``, ``'triton'``; see :mod:`mmseg_cann.backends`).
+            ``'fast'``, ``'reference'``, ``'triton'``; see :mod:`mmseg_cann.backends`).
 
     Returns:
         ``(N, C, H, W)`` tensor with ``other``'s dtype; differentiable with respect to
@@ -84,7 +84,7 @@ def upsample_argmax(logits: torch.Tensor, size, mode: str = 'bilinear', align_co
         mode: ``'nearest'``, ``'nearest-exact'`` or ``'bilinear'``.
         align_corners: bilinear only (``False``/``None`` for the nearest modes).
         backend: a backend implementing the op (``'auto'``, ``'native'``, ``'fused'``,
-            ``'reference'``, ``'triton'``; see :mod:`mmseg_cann.backends`).
+            ``'fast'``, ``'reference'``, ``'triton'``; see :mod:`mmseg_cann.backends`).
 
     Returns:
         ``(N, H, W)`` int64 labels. Equal to the unfused computation except where two

@@ -33,7 +33,9 @@ def max_pool2d(input: torch.Tensor, kernel_size, stride=None, padding=0, dilatio
         return_indices: also return int64 flat indices into each input ``H * W`` plane
             (PyTorch's format, also for SAME padding).
         precision: compute dtype, None defers to the policy's ``max`` entry.
-        backend: ``'auto'``, ``'native'``, ``'reference'``, ``'npu'`` or ``'tuned'``.
+        backend: a registered backend name (``'auto'``, ``'native'``, ``'fast'``,
+            ``'reference'``, ``'npu'``, ``'tuned'``, ``'triton'``, ...; see
+            :mod:`mmseg_cann.backends`).
 
     Returns:
         ``(N, C, H_out, W_out)`` values (and indices). NaN propagates.
@@ -70,7 +72,9 @@ def avg_pool2d(input: torch.Tensor, kernel_size, stride=None, padding=0,
         divisor_override: a non-zero int used as the divisor for every window.
         precision: compute dtype, None defers to the policy's ``avg`` entry (default
             ``'fp32'``: fp16/bf16 inputs are averaged in float32).
-        backend: ``'auto'``, ``'native'``, ``'reference'``, ``'npu'`` or ``'tuned'``.
+        backend: a registered backend name (``'auto'``, ``'native'``, ``'fast'``,
+            ``'reference'``, ``'npu'``, ``'tuned'``, ``'triton'``, ...; see
+            :mod:`mmseg_cann.backends`).
     """
     out = direct.run_cached(direct.avg_pool2d, (kernel_size, stride, padding, ceil_mode,
                                                 count_include_pad, divisor_override,
@@ -100,7 +104,9 @@ def adaptive_avg_pool2d(input: torch.Tensor, output_size, *, precision=None,
         output_size: int or pair; a None entry keeps that input size. Bin ``i`` of an
             axis averages input ``[floor(i*in/out), ceil((i+1)*in/out))``.
         precision: compute dtype, None defers to the policy's ``avg`` entry.
-        backend: ``'auto'``, ``'native'``, ``'reference'``, ``'npu'`` or ``'tuned'``.
+        backend: a registered backend name (``'auto'``, ``'native'``, ``'fast'``,
+            ``'reference'``, ``'npu'``, ``'tuned'``, ``'triton'``, ...; see
+            :mod:`mmseg_cann.backends`).
     """
     out = direct.run_cached(direct.adaptive_avg_pool2d, (output_size, precision, backend),
                             input)

@@ -34,8 +34,9 @@ def upsample(input: torch.Tensor, size=None, scale_factor=None, mode: str = 'nea
         precision: compute dtype (``'fp32'``, ``'fp16'``, ``'bf16'``, ``'input'`` or a
             torch dtype); None defers to the precision policy's ``upsample`` entry.
             The result has the dtype PyTorch would return.
-        backend: ``'auto'``, ``'native'``, ``'reference'``, ``'npu'``, ``'tuned'`` or
-            ``'triton'`` (see :mod:`mmseg_cann.backends`).
+        backend: a registered backend name (``'auto'``, ``'native'``, ``'fast'``,
+            ``'reference'``, ``'npu'``, ``'tuned'``, ``'triton'``, ...; see
+            :mod:`mmseg_cann.backends`).
 
     Returns:
         ``(N, C, H_out, W_out)`` tensor.

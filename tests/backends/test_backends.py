@@ -20,12 +20,12 @@ def test_auto_is_native_off_npu(monkeypatch):
 
 def test_one_registry_knows_what_each_backend_implements():
     assert backends.backend_names() == ('auto', 'native', 'reference', 'npu', 'tuned',
-                                        'fused', 'portable', 'triton')
+                                        'fused', 'portable', 'triton', 'fast')
     for name in backends.backend_names():
         assert isinstance(backends.get_backend(name), backends.Backend)
     for op in backends.FUSED_OPS:
         assert backends.backends_implementing(op) == ('auto', 'native', 'reference', 'fused',
-                                                      'portable', 'triton')
+                                                      'portable', 'triton', 'fast')
     assert backends.get_backend('fused', 'upsample_add') is backends.fused
     with pytest.raises(ValueError, match="backend must be one of .*got 'npu'"):
         backends.get_backend('npu', 'upsample_argmax')

@@ -8,7 +8,8 @@ import torch
 
 from mmseg_cann import CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d, CANNUpsample
 from mmseg_cann.core import geometry as geo
-from tests._helpers import AWKWARD_SHAPES, UPSAMPLE_SETTINGS, Many, make_input, setting_id
+from tests._helpers import (AWKWARD_SHAPES, UPSAMPLE_SETTINGS, Many, make_input, setting_id,
+                            valid_pool_cases)
 
 pytest.importorskip('onnxruntime')
 pytest.importorskip('onnxscript')
@@ -91,25 +92,17 @@ def test_upsample_atc_export_equals_pytorch_as_atc_reads_it(setting):
 @pytest.mark.parametrize('kind', ['max', 'avg_include', 'avg_exclude', 'avg_override'])
 def test_pooling_atc_export_equals_pytorch_as_atc_reads_it(kind):
     modules, inputs = [], []
-    for setting in POOL_SETTINGS:
-        for hw in POOL_INPUTS:
-            args = geo.check_pool_args(setting['kernel_size'], setting.get('stride'),
-                                       setting.get('padding', 0), 1,
-                                       setting.get('ceil_mode', False))
-            try:
-                geo.pool_spec(hw, args)
-            except ValueError:
-                continue  # kernel larger than the padded input
-            if kind == 'max':
-                modules.append(CANNMaxPool2d(**setting))
-            else:
-                extra = dict(avg_include=dict(count_include_pad=True),
-                             avg_exclude=dict(count_include_pad=False),
-                             avg_override=dict(divisor_override=3))[kind]
-                if kind == 'avg_override' and isinstance(setting.get('padding'), str):
-                    continue
-                modules.append(CANNAvgPool2d(**setting, **extra))
-            inputs.append(make_input((1, 2) + hw, seed=len(inputs)))
+    for setting, hw in valid_pool_cases(POOL_SETTINGS, POOL_INPUTS):
+        if kind == 'max':
+            modules.append(CANNMaxPool2d(**setting))
+        else:
+            extra = dict(avg_include=dict(count_include_pad=True),
+                         avg_exclude=dict(count_include_pad=False),
+                         avg_override=dict(divisor_override=3))[kind]
+            if kind == 'avg_override' and isinstance(setting.get('padding'), str):
+                continue
+            modules.append(CANNAvgPool2d(**setting, **extra))
+        inputs.append(make_input((1, 2) + hw, seed=len(inputs)))
     _check_atc(modules, tuple(inputs), lambda m: isinstance(m, CANNMaxPool2d))
 
 

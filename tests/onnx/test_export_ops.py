@@ -11,7 +11,8 @@ import torch
 
 from mmseg_cann import CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d, CANNUpsample
 from mmseg_cann.core import geometry as geo
-from tests._helpers import AWKWARD_SHAPES, UPSAMPLE_SETTINGS, Many, make_input, setting_id
+from tests._helpers import (AWKWARD_SHAPES, UPSAMPLE_SETTINGS, Many, make_input, setting_id,
+                            valid_pool_cases)
 
 pytest.importorskip('onnxruntime')
 pytest.importorskip('onnxscript')
@@ -125,18 +126,7 @@ POOL_SETTINGS = [
 
 
 def _pool_cases():
-    cases = []
-    for setting in POOL_SETTINGS:
-        for hw in POOL_INPUTS:
-            args = geo.check_pool_args(setting['kernel_size'], setting.get('stride'),
-                                       setting.get('padding', 0), 1,
-                                       setting.get('ceil_mode', False))
-            try:
-                geo.pool_spec(hw, args)
-            except ValueError:
-                continue  # kernel larger than the padded input
-            cases.append((setting, hw))
-    return cases
+    return valid_pool_cases(POOL_SETTINGS, POOL_INPUTS)
 
 
 def _ceil_drops_window(setting, hw) -> bool:

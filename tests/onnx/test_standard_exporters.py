@@ -17,7 +17,8 @@ import torch
 
 from mmseg_cann import CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d, CANNUpsample
 from mmseg_cann.core import geometry as geo
-from tests._helpers import AWKWARD_SHAPES, UPSAMPLE_SETTINGS, Many, make_input, setting_id
+from tests._helpers import (AWKWARD_SHAPES, UPSAMPLE_SETTINGS, Many, make_input, setting_id,
+                            valid_pool_cases)
 
 pytest.importorskip('onnxruntime')
 pytest.importorskip('onnxscript')
@@ -91,27 +92,21 @@ def test_pooling_exports_exactly(kind, exporter):
             for hw in ((10, 22), (7, 9), (6, 6)):
                 modules.append(CANNAdaptiveAvgPool2d(out))
                 inputs.append(make_input((1, 2) + hw, seed=len(inputs)))
-    for setting in POOL_SETTINGS if kind != 'adaptive' else []:
-        for hw in POOL_INPUTS:
-            dilation = 2 if kind == 'max_dilated' and not isinstance(
-                setting.get('padding'), str) else 1
-            args = geo.check_pool_args(setting['kernel_size'], setting.get('stride'),
-                                       setting.get('padding', 0), dilation,
-                                       setting.get('ceil_mode', False))
-            try:
-                geo.pool_spec(hw, args)
-            except ValueError:
-                continue
-            if kind.startswith('max'):
-                modules.append(CANNMaxPool2d(**setting, dilation=dilation))
-            elif kind == 'avg_override' and isinstance(setting.get('padding'), str):
-                continue
-            else:
-                extra = dict(avg_include=dict(count_include_pad=True),
-                             avg_exclude=dict(count_include_pad=False),
-                             avg_override=dict(divisor_override=3))[kind]
-                modules.append(CANNAvgPool2d(**setting, **extra))
-            inputs.append(make_input((1, 2) + hw, seed=len(inputs)))
+    settings = [] if kind == 'adaptive' else POOL_SETTINGS
+    if kind == 'max_dilated':  # explicit padding only (SAME dilated windows: the same)
+        settings = [s for s in settings if not isinstance(s.get('padding'), str)]
+    dilation = 2 if kind == 'max_dilated' else 1
+    for setting, hw in valid_pool_cases(settings, POOL_INPUTS, dilation):
+        if kind.startswith('max'):
+            modules.append(CANNMaxPool2d(**setting, dilation=dilation))
+        elif kind == 'avg_override' and isinstance(setting.get('padding'), str):
+            continue
+        else:
+            extra = dict(avg_include=dict(count_include_pad=True),
+                         avg_exclude=dict(count_include_pad=False),
+                         avg_override=dict(divisor_override=3))[kind]
+            modules.append(CANNAvgPool2d(**setting, **extra))
+        inputs.append(make_input((1, 2) + hw, seed=len(inputs)))
     _check(modules, inputs, exporter, lambda m: isinstance(m, CANNMaxPool2d))
 
 

@@ -114,7 +114,7 @@ def _tiny_model(*args, **kwargs):
 
 def test_tool_exit_codes(tool, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(tool, 'build_model', _tiny_model)
-    args = ['unused.py', '--shape', '12', '20', '--out', str(tmp_path / 'tiny.onnx'),
+    args = [SHIPPED_PSPNET, '--shape', '12', '20', '--out', str(tmp_path / 'tiny.onnx'),
             '--verify']
     assert tool.main(args) == 0
     assert 'verification passed' in capsys.readouterr().out
@@ -126,7 +126,7 @@ def test_tool_exit_codes(tool, tmp_path, monkeypatch, capsys):
 def test_tool_simplify_keeps_exact_graph(tool, tmp_path, monkeypatch, capsys):
     pytest.importorskip('onnxslim')
     monkeypatch.setattr(tool, 'build_model', _tiny_model)
-    args = ['unused.py', '--shape', '12', '20', '--out', str(tmp_path / 'tiny.onnx'),
+    args = [SHIPPED_PSPNET, '--shape', '12', '20', '--out', str(tmp_path / 'tiny.onnx'),
             '--verify', '--simplify']
     assert tool.main(args) == 0
     text = capsys.readouterr().out
@@ -143,7 +143,7 @@ def test_tool_simplify_keeps_exact_graph(tool, tmp_path, monkeypatch, capsys):
 
 def test_tool_dynamic_export_verified_at_other_sizes(tool, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(tool, 'build_model', _tiny_model)
-    args = ['unused.py', '--shape', '12', '20', '--out', str(tmp_path / 'tiny.onnx'),
+    args = [SHIPPED_PSPNET, '--shape', '12', '20', '--out', str(tmp_path / 'tiny.onnx'),
             '--dynamic', '--verify', '--verify-shape', '7', '9', '--verify-shape', '16', '5']
     assert tool.main(args) == 0
     text = capsys.readouterr().out
@@ -171,7 +171,7 @@ def _nearest_resize_model(*args, **kwargs):
 def test_tool_dynamic_refusal_exits_2(tool, tmp_path, monkeypatch, capsys):
     # legacy nearest mapped with in/out: PyTorch's float32 index is size-dependent
     monkeypatch.setattr(tool, 'build_model', _nearest_resize_model)
-    args = ['unused.py', '--shape', '12', '20', '--out', str(tmp_path / 'tiny.onnx'),
+    args = [SHIPPED_PSPNET, '--shape', '12', '20', '--out', str(tmp_path / 'tiny.onnx'),
             '--dynamic']
     assert tool.main(args) == 2
     err = capsys.readouterr().err
