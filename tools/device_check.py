@@ -99,7 +99,7 @@ def device_available(name: str) -> Optional[str]:
     return None
 
 
-#: benchmark cases of the device run (the fused-op and kernel figures of the issue)
+#: benchmark cases of the device run (the fused-op and kernel figures)
 DEVICE_CASES = ['bilinear2x_fp32_nchw', 'bilinear2x_fp32_cl', 'nearest2x_fp32',
                 'bilinear8x_logits', 'upsample_add', 'upsample_argmax_19', 'maxpool_3_2_1',
                 'avgpool_3_2_1']

@@ -50,7 +50,7 @@ USE_NUMBA = True
 #: outputs with at least this many elements (N*C*H*W) use the compiled band function
 COMPILE_MIN_ELEMENTS = 1 << 20
 #: the bilinear argmax's band temporaries stay within this fraction of the unfused
-#: computation's full-resolution logits (the issue's peak-memory target is 0.1x)
+#: computation's full-resolution logits (the peak-memory target is 0.1x of those)
 BAND_FRACTION = 0.08
 #: and a band's W-interpolated rows stay within this many bytes (measured: with 150
 #: classes, 4 bands of 21 MB ran faster than 2 of 45 MB or 8 of 11 MB)

@@ -142,7 +142,7 @@ class DeviceCaps:
         indices) instead of ``aclnnMaxPool2dWithMask`` (an int8 mask).
 
         op-plugin 6.0.0-7.3.0 always use WithMask; 26.x/master use WithIndices with
-        ``TORCH_NPU_USE_COMPATIBLE_IMPL=1`` or on Ascend950 (per the issue's reading of
+        ``TORCH_NPU_USE_COMPATIBLE_IMPL=1`` or on Ascend950 (per a reported reading of
         those branches; the stored op-plugin ``MaxPool2dWithIndicesKernelNpuOpApi.cpp``
         shows the Ascend950 half, ``c10_npu::IsAclnnOnly()``).
         """

@@ -372,7 +372,7 @@ def _plan_bilinear_a2(spec: geo.UpsampleSpec, dtype: torch.dtype, caps: DeviceCa
     if size_like and dtype == torch.bfloat16 and not caps.op_plugin_26 and \
             bilinear_fast_refusal(in_hw, out_hw, (1.0, 1.0), align, dtype,
                                   check_shape=False) is None:
-        # Per the reading of op-plugin 6.0.0-7.3.0 with the CANN releases paired
+        # Per a reported reading of op-plugin 6.0.0-7.3.0 with the CANN releases paired
         # with torch_npu <= 2.8 (ops-cv: "size(bf16) go upsampleBilinear2d"); not
         # verifiable here: ops-cv master's CheckScalesAndShapeValid (int(in * 1.0) == out)
         # would refuse it. `tools/check_parity.py --trace` shows which kernel ran.
@@ -727,7 +727,7 @@ def plan_avg_pool2d(spec: geo.PoolSpec, count_include_pad: bool, divisor_overrid
         return Plan('avg_pool2d', kernel='aclnnAvgPool2d',
                     notes=notes + ('unknown chip: no planned rules',))
     if dtype == torch.float64:
-        # per the reading of ops-nn: aclnnAvgPool2d lists no float64
+        # per a reported reading of ops-nn: aclnnAvgPool2d lists no float64
         return _cpu_plan('avg_pool2d', ['float64 is not supported by aclnnAvgPool2d'], notes)
     fallbacks = []
     if any(2 * p > k for p, k in zip(spec.pad_begin + spec.pad_end, spec.kernel * 2)):

@@ -267,7 +267,7 @@ def test_int32_indices_from_the_device_are_used(monkeypatch, padding):
 
 
 def test_unpad_indices_passes_a_mask_through(monkeypatch):
-    # the tuner crash of issue 16: native.max_pool2d with SAME padding got torch_npu's
+    # the tuner crash: native.max_pool2d with SAME padding got torch_npu's
     # int8 mask and _unpad_indices' expand_as raised; a mask is now handed back as it is
     x = make_input((1, 2, 9, 9))
     spec = geo.pool_spec((9, 9), geo.check_pool_args(2, 2, 'same'))

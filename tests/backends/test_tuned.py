@@ -184,7 +184,7 @@ def test_a_candidate_set_that_all_raises_reraises(cache_dir):
 
 
 def test_tuning_a_device_that_returns_a_mask(cache_dir, monkeypatch):
-    # issue 16, defect 1: with return_indices and SAME padding the tuner ran call forms
+    # with return_indices and SAME padding the tuner ran call forms
     # whose device result is torch_npu's int8 mask, and unpadding it raised
     import math
     import torch.nn.functional as F
