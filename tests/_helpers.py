@@ -74,6 +74,23 @@ def run_python(args, **kwargs):
                           capture_output=True, text=True, **kwargs)
 
 
+#: pooling settings of the export tests: explicit padding, ceil_mode, SAME upper/lower, valid
+POOL_SETTINGS = [
+    dict(kernel_size=3, stride=2, padding=1),
+    dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+    dict(kernel_size=(2, 3), stride=(2, 1), padding=(1, 0), ceil_mode=True),
+    dict(kernel_size=5, stride=2, padding=2, ceil_mode=True),
+    dict(kernel_size=2, stride=2, ceil_mode=True),
+    dict(kernel_size=3, stride=2, padding='same'),
+    dict(kernel_size=4, stride=3, padding='same_lower'),
+    dict(kernel_size=4, stride=2, padding='same_lower'),
+    dict(kernel_size=(3, 2), stride=1, padding='same_upper'),
+    dict(kernel_size=3, stride=2, padding='valid', ceil_mode=True),
+]
+#: and their input sizes (H = 1 or W = 1, odd, coprime)
+POOL_INPUTS = [(1, 1), (5, 5), (7, 9), (6, 1), (10, 13), (9, 11)]
+
+
 def valid_pool_cases(settings, inputs, dilation: int = 1):
     """``(setting, (H, W))`` pairs whose pooling window fits the padded input."""
     from mmseg_cann.core import geometry as geo

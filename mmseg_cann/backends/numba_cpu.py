@@ -83,8 +83,10 @@ def chunk_rows(h: int, H: int, bytes_per_low_row: int, n_parallel: int, threads:
 
 
 @lru_cache(maxsize=1)
-def intrinsics():
-    """``(fma, select)``: LLVM intrinsics for njit code (shared by every numba kernel)."""
+def jit_helpers():
+    """``(fma, select, lerp_row_w)`` for njit code, shared by every numba kernel: two LLVM
+    intrinsics and the W interpolation of one row."""
+    from numba import njit
     from numba.extending import intrinsic
 
     @intrinsic
@@ -103,7 +105,21 @@ def intrinsics():
             return builder.select(*args)
         return a(cond, a, b), codegen
 
-    return fma, select
+    @njit(inline='always')
+    def lerp_row_w(row, dst, seg, seg_i0, seg_i1, iw0, iw1, lw0, lw1):
+        """``dst[X] = fma(row[iw0], lw0, row[iw1] * lw1)``. Where output columns come in
+        runs sharing their two source columns (upsampling by 4 or more), the inner loop
+        broadcasts two values per run (vectorised); otherwise it gathers."""
+        if seg_i0.shape[0] * 4 <= lw0.shape[0]:
+            for k in range(seg_i0.shape[0]):
+                x0, x1 = row[seg_i0[k]], row[seg_i1[k]]
+                for X in range(seg[k], seg[k + 1]):
+                    dst[X] = fma(x0, lw0[X], x1 * lw1[X])
+        else:
+            for X in range(dst.shape[0]):
+                dst[X] = fma(row[iw0[X]], lw0[X], row[iw1[X]] * lw1[X])
+
+    return fma, select, lerp_row_w
 
 
 @lru_cache(maxsize=1)
@@ -111,28 +127,17 @@ def _kernels():
     import numba
     from numba import njit, prange
 
-    fma, select = intrinsics()
+    fma, select, lerp_row_w = jit_helpers()
 
     @njit(inline='always')
     def _lerp_rows_along_w(src, c_lo, c_hi, r_lo, r_hi, cols, buf):
         """``buf[r - r_lo, c - c_lo] = x[c, r]`` interpolated along W, for the given
-        rows and classes; ``cols`` from :func:`column_taps`. Where output columns come
-        in runs sharing their two source columns (upsampling by 4 or more), the inner
-        loop broadcasts two values per run (vectorised); otherwise it gathers."""
+        rows and classes; ``cols`` from :func:`column_taps`."""
         seg, seg_i0, seg_i1, iw0, iw1, lw0, lw1 = cols
-        runs = seg_i0.shape[0] * 4 <= lw0.shape[0]
         for r in range(r_lo, r_hi + 1):
             for c in range(c_lo, c_hi):
-                row = src[c, r]
-                dst = buf[r - r_lo, c - c_lo]
-                if runs:
-                    for k in range(seg_i0.shape[0]):
-                        x0, x1 = row[seg_i0[k]], row[seg_i1[k]]
-                        for X in range(seg[k], seg[k + 1]):
-                            dst[X] = fma(x0, lw0[X], x1 * lw1[X])
-                else:
-                    for X in range(dst.shape[0]):
-                        dst[X] = fma(row[iw0[X]], lw0[X], row[iw1[X]] * lw1[X])
+                lerp_row_w(src[c, r], buf[r - r_lo, c - c_lo], seg, seg_i0, seg_i1, iw0, iw1,
+                           lw0, lw1)
 
     @njit(inline='always')
     def _argmax_row(t0, t1, a0, a1, best, label):

@@ -92,22 +92,9 @@ def _kernels():
     import numba
     from numba import njit, prange
 
-    fma, select = numba_cpu.intrinsics()
+    fma, select, _lerp_row_w = numba_cpu.jit_helpers()
 
     # ------------------------------------------------------------------ bilinear
-    @njit(inline='always')
-    def _lerp_row_w(row, dst, seg, seg_i0, seg_i1, iw0, iw1, lw0, lw1):
-        """NCHW: ``dst[X] = fma(row[iw0], lw0, row[iw1] * lw1)``; broadcast pairs per run
-        of columns sharing their taps (upsampling by 4 or more), else a gather."""
-        if seg_i0.shape[0] * 4 <= lw0.shape[0]:
-            for k in range(seg_i0.shape[0]):
-                x0, x1 = row[seg_i0[k]], row[seg_i1[k]]
-                for X in range(seg[k], seg[k + 1]):
-                    dst[X] = fma(x0, lw0[X], x1 * lw1[X])
-        else:
-            for X in range(dst.shape[0]):
-                dst[X] = fma(row[iw0[X]], lw0[X], row[iw1[X]] * lw1[X])
-
     @njit(parallel=True, cache=True)
     def bilinear_nchw(x, out, ih0, ih1, lh0, lh1, seg, seg_i0, seg_i1, iw0, iw1, lw0, lw1,
                       rows, work):

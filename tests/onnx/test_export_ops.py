@@ -12,7 +12,7 @@ import torch
 from mmseg_cann import CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d, CANNUpsample
 from mmseg_cann.core import geometry as geo
 from tests._helpers import (AWKWARD_SHAPES, UPSAMPLE_SETTINGS, Many, make_input, setting_id,
-                            valid_pool_cases)
+                            POOL_INPUTS, POOL_SETTINGS, valid_pool_cases)
 
 pytest.importorskip('onnxruntime')
 pytest.importorskip('onnxscript')
@@ -111,18 +111,6 @@ def test_nearest_attributes_follow_pytorch_rules():
         resize_attributes('bicubic', False, True, 18)
 
 
-POOL_INPUTS = [(1, 1), (5, 5), (7, 9), (6, 1), (10, 13)]
-POOL_SETTINGS = [
-    dict(kernel_size=3, stride=2, padding=1),
-    dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
-    dict(kernel_size=(2, 3), stride=(2, 1), padding=(1, 0), ceil_mode=True),
-    dict(kernel_size=5, stride=2, padding=2, ceil_mode=True),
-    dict(kernel_size=2, stride=2, ceil_mode=True),
-    dict(kernel_size=3, stride=2, padding='same'),
-    dict(kernel_size=4, stride=3, padding='same_lower'),
-    dict(kernel_size=(3, 2), stride=1, padding='same_upper'),
-    dict(kernel_size=3, stride=2, padding='valid', ceil_mode=True),
-]
 
 
 def _pool_cases():

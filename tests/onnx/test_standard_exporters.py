@@ -18,7 +18,7 @@ import torch
 from mmseg_cann import CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d, CANNUpsample
 from mmseg_cann.core import geometry as geo
 from tests._helpers import (AWKWARD_SHAPES, UPSAMPLE_SETTINGS, Many, make_input, setting_id,
-                            valid_pool_cases)
+                            POOL_INPUTS, POOL_SETTINGS, valid_pool_cases)
 
 pytest.importorskip('onnxruntime')
 pytest.importorskip('onnxscript')
@@ -27,17 +27,6 @@ from mmseg_cann.onnx.export import run_onnx  # noqa: E402
 EXPORTERS = {'torchscript': False, 'dynamo': True}
 SCALE_CASES = [((7, 7), 1.5), ((7, 9), 1.7), ((9, 11), 0.6), ((5, 7), (1.1, 1.0)),
                ((6, 5), 2.5)]
-POOL_INPUTS = [(1, 1), (7, 9), (6, 1), (10, 13), (9, 11)]
-POOL_SETTINGS = [
-    dict(kernel_size=3, stride=2, padding=1),
-    dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
-    dict(kernel_size=(2, 3), stride=(2, 1), padding=(1, 0), ceil_mode=True),
-    dict(kernel_size=5, stride=2, padding=2, ceil_mode=True),
-    dict(kernel_size=3, stride=2, padding='same'),
-    dict(kernel_size=4, stride=2, padding='same_lower'),
-    dict(kernel_size=(3, 2), stride=1, padding='same_upper'),
-    dict(kernel_size=3, stride=2, padding='valid', ceil_mode=True),
-]
 
 
 def _export(model, inputs, dynamo: bool):
