@@ -175,17 +175,14 @@ def dynamic_verification_shapes(h, w, given=None):
     return [(2, 3, h + 32, w - 32 if w > 64 else w + 32), (1, 3, h + 16, w + 48)]
 
 
-def avg_precision(config: str, cfg_options=None):
-    """The ``avg`` precision the model runs with: the config's ``CANNOpsHook``
-    ``pool_precision`` if it sets one, else the process-wide policy's."""
+def avg_precision(cfg):
+    """The ``avg`` precision the model runs with: the policy with the config's
+    ``CANNOpsHook`` settings applied (as the hook and ``mmseg_cann.apis`` apply them)."""
     from mmseg_cann import get_precision_policy
-    from mmseg_cann.core.precision import normalize_precision
-    cfg = load_config(config, cfg_options)
-    for hook in cfg.get('custom_hooks', []) or []:
-        if hook.get('type') == 'CANNOpsHook' and hook.get('pool_precision'):
-            if 'avg' in hook['pool_precision']:
-                return normalize_precision(hook['pool_precision']['avg'])
-    return get_precision_policy().avg
+    from mmseg_cann.apis import cann_settings
+    settings = cann_settings(cfg)
+    return get_precision_policy().updated(settings['pool_precision'],
+                                          settings['upsample_precision']).avg
 
 
 def export_one(args, model, shape, out):
@@ -200,7 +197,7 @@ def export_one(args, model, shape, out):
         return None
 
 
-def report_atc(args, proto, out, shape) -> None:
+def report_atc(args, cfg, proto, out, shape) -> None:
     """Name nodes, write the keep_dtype file, warn about AI CPU nodes, print the command."""
     import os
 
@@ -210,7 +207,7 @@ def report_atc(args, proto, out, shape) -> None:
     name_nodes(proto)
     onnx.save(proto, out)
     keep_file = None
-    if avg_precision(args.config, args.cfg_options) == torch.float32:
+    if avg_precision(cfg) == torch.float32:
         keep = keep_dtype_nodes(proto)
         if keep:
             keep_file = os.path.splitext(out)[0] + '.keep_dtype.txt'
@@ -227,8 +224,9 @@ def report_atc(args, proto, out, shape) -> None:
                              keep_dtype_file=keep_file, gears=gears))
 
 
-def check_arguments(args) -> None:
-    """User mistakes, before the model is built: config, checkpoint, sizes, output."""
+def check_arguments(args):
+    """User mistakes, before the model is built: config, checkpoint, sizes, output;
+    returns the config."""
     cfg = load_config(args.config, args.cfg_options)
     if args.checkpoint:
         check_checkpoint(args.checkpoint)
@@ -239,12 +237,13 @@ def check_arguments(args) -> None:
     for shape in args.verify_shapes or []:
         check_shape(shape, multiple, '--verify-shape')
     check_output(args.out, '--out')
+    return cfg
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     from mmseg_cann.onnx import node_summary
-    check_arguments(args)
+    cfg = check_arguments(args)
     model = build_model(args.config, args.checkpoint, args.cfg_options)
     if args.gears and not (args.dynamic or args.target == 'atc'):
         print('export failed: --gears needs --dynamic (ATC gears of one dynamic graph) or '
@@ -276,7 +275,7 @@ def main(argv=None) -> int:
         for line in node_summary(proto):
             print('  ' + line)
         if args.atc:
-            report_atc(args, proto, out, shape)
+            report_atc(args, cfg, proto, out, shape)
         if args.verify:
             ok &= verify(args, model, proto, shape)
     if args.verify:
