@@ -32,6 +32,11 @@ untouched) and undone by :func:`unfuse_model`:
     ``EncoderDecoder`` (or subclasses overriding its predict path), single-channel
     (threshold) heads and decode heads overriding ``predict`` keep mmseg's ``predict``.
 
+    The segmentor's row-local stages (:mod:`mmseg_cann.strips`) run on horizontal strips
+    when their activations are large (CPU only): Fast-SCNN's stem at 1024x2048 no longer
+    holds a 64 MB map twice. Values agree to float32 rounding (bit-identical where the
+    convolutions' reductions are short), within the same near-tie contract.
+
     In ``slide`` test mode the crops' logits are accumulated in place into one full-size
     tensor (mmseg pads each crop's logits to full size before adding) and divided in
     place; the labels are the argmax of those logits (cropped and un-flipped), through
@@ -51,6 +56,7 @@ import torch.nn.functional as F
 from .core import geometry as geo
 from .ops.fused import upsample_add, upsample_argmax
 from .ops.upsample import upsample
+from .strips import strip_execution
 
 
 
@@ -206,9 +212,10 @@ def _lean_predict(self, inputs, data_samples=None):
     else:
         metas = [dict(ori_shape=inputs.shape[2:], img_shape=inputs.shape[2:],
                       pad_shape=inputs.shape[2:], padding_size=[0, 0, 0, 0])] * inputs.shape[0]
-    if mode == 'slide':
-        return _lean_slide_predict(self, inputs, metas, data_samples)
-    low = self.decode_head.forward(self.extract_feat(inputs))
+    with strip_execution(self):
+        if mode == 'slide':
+            return _lean_slide_predict(self, inputs, metas, data_samples)
+        low = self.decode_head.forward(self.extract_feat(inputs))
     size = _logits_size(metas)
     align = self.align_corners
     keep = getattr(self, '_cann_keep_logits', False)
