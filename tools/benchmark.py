@@ -19,13 +19,17 @@ Usage::
 The ``infer_*`` cases run mmseg's whole-model prediction, plain and converted with the
 lean prediction path: Fast-SCNN (a 19-class Cityscapes model) on one 1024x2048 image in
 ``whole`` mode, and UNet-S5-D16 (16 base channels) on one HRF-size 2336x3504 image in
-``slide`` mode (one timed call each).
+``slide`` mode (one timed call each). ``train_step_demo_unet`` times the demo's
+training iteration (``make demo``'s model, batch 4 of 64x64) unconverted and converted
+with ``backend='auto'`` and ``'fast'``.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
+import os
 import statistics
 import sys
 import time
@@ -40,6 +44,8 @@ import mmseg_cann
 from mmseg_cann.backends import fused as fused_backend
 from mmseg_cann.ops import avg_pool2d, max_pool2d, upsample
 from mmseg_cann.ops.fused import upsample_add, upsample_argmax
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclass
@@ -212,7 +218,6 @@ def _pspnet_case(name, hw):
 def _build_segmentor(base: str, overrides: Callable[[object], None]):
     """An mmseg segmentor from ``mmseg::`` config ``base`` (BN for SyncBN, no pretrained
     download), with ``overrides(cfg)`` applied, in eval mode with mmseg's seeded init."""
-    import os
     import tempfile
 
     from mmengine.config import Config
@@ -262,6 +267,56 @@ def _inference_case(name, base, hw, overrides=lambda cfg: None):
             return predict(state['converted'], x)
     return Case(name, make, lambda x: predict(state['model'], x),
                 {'mmseg_cann converted, lean predict': converted}, compile=False, repeats=1)
+
+
+DEMO_CONFIG = 'configs/medical/unet-s5-d16_fcn_cann_1xb4-300iter_synthetic-drive-64x64.py'
+TRAIN_STEPS_PER_RUN = 5
+
+
+def _train_step_case(name, config=DEMO_CONFIG, shape=(4, 3, 64, 64), num_classes=2):
+    """The demo's training iteration (forward, loss, backward, SGD step; batch 4 of 64x64
+    crops): the unconverted model vs ``convert_model(..., backend=b)`` copies of it, each
+    with its own optimizer, ``TRAIN_STEPS_PER_RUN`` steps per timed run."""
+    state = {}
+
+    def make(d):
+        from mmengine.structures import PixelData
+        from mmseg.structures import SegDataSample
+        model = _build_segmentor(os.path.join(REPO_ROOT, config), lambda cfg: None).to(d)
+        for b in ('auto', 'fast'):
+            state[b] = mmseg_cann.convert_model(copy.deepcopy(model), resize=False,
+                                                backend=b).train()
+        state['plain'] = model.train()
+        state['optim'] = {k: torch.optim.SGD(m.parameters(), lr=0.01)
+                          for k, m in state.items() if k != 'optim'}
+        gen = torch.Generator().manual_seed(0)
+        samples = []
+        for _ in range(shape[0]):
+            sample = SegDataSample(metainfo=dict(img_shape=shape[2:], ori_shape=shape[2:],
+                                                 pad_shape=shape[2:]))
+            sample.gt_sem_seg = PixelData(
+                data=torch.randint(0, num_classes, (1,) + shape[2:], generator=gen).to(d))
+            samples.append(sample)
+        state['samples'] = samples
+        return (torch.randn(shape, generator=gen).to(d),)
+
+    def steps(key):
+        def run(x):
+            model, optim = state[key], state['optim'][key]
+            routed = contextlib.nullcontext() if key == 'plain' else \
+                mmseg_cann.convert.routed_resize()
+            with torch.enable_grad(), routed:
+                for _ in range(TRAIN_STEPS_PER_RUN):
+                    losses = model.loss(x, state['samples'])
+                    loss = sum(v for k, v in losses.items() if 'loss' in k)
+                    optim.zero_grad()
+                    loss.backward()
+                    optim.step()
+            return loss.detach()
+        return run
+    return Case(name, make, steps('plain'),
+                {f'mmseg_cann converted, backend={b!r}': steps(b) for b in ('auto', 'fast')},
+                compile=False)
 
 
 CALLS_PER_RUN = 1000
@@ -334,6 +389,7 @@ CASES = {c.name: c for c in [
     _overhead_case('overhead_adaptive', torch.nn.AdaptiveAvgPool2d(2),
                    mmseg_cann.CANNAdaptiveAvgPool2d(2), lambda x: F.adaptive_avg_pool2d(x, 2),
                    lambda x: mmseg_cann.ops.adaptive_avg_pool2d(x, 2)),
+    _train_step_case('train_step_demo_unet'),
     _inference_case('infer_fastscnn_cityscapes_whole',
                     'mmseg::fastscnn/fast_scnn_8xb4-160k_cityscapes-512x1024.py', (1024, 2048)),
     _inference_case('infer_unet_hrf_slide', 'mmseg::unet/unet-s5-d16_fcn_4xb4-40k_hrf-256x256.py',
