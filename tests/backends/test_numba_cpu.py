@@ -87,6 +87,69 @@ def test_upsample_argmax_keeps_first_of_exact_ties_and_nans_like_torch():
         assert bool((got[0] == 4).any()) and bool((got[1] == 2).any())
 
 
+def _structured_logits(n, c, h, w, seed=0):
+    """Decoder-like logits: smooth per-class fields (one class clearly ahead over most of
+    the map, close races along the boundaries) plus a little noise."""
+    gen = torch.Generator().manual_seed(seed)
+    coarse = torch.randn((n, c, h // 4 + 2, w // 4 + 2), generator=gen) * 4
+    fields = F.interpolate(coarse, (h, w), mode='bicubic', align_corners=True)
+    return fields + 0.1 * torch.randn((n, c, h, w), generator=gen)
+
+
+def _labels(x, size, align_corners, prune):
+    from mmseg_cann.core.taps import linear_taps
+    taps = [tuple(t.numpy() for t in linear_taps(i, o, align_corners))
+            for i, o in zip(x.shape[-2:], size)]
+    out = torch.empty((x.shape[0],) + tuple(size), dtype=torch.int64)
+    numba_cpu.upsample_argmax_into(x.contiguous().numpy(), out.numpy(), *taps, prune=prune)
+    return out
+
+
+def _awkward_logits():
+    """Inputs for the class pruning: structured, iid, one dominant class, exact ties,
+    NaN, infinities, huge and tiny magnitudes, a class only ahead at single pixels."""
+    structured = _structured_logits(2, 19, 24, 40)
+    dominant = make_input((1, 7, 16, 24), seed=3)
+    dominant[:, 2] += 50
+    ties = torch.randint(0, 3, (1, 6, 16, 24), generator=torch.Generator().manual_seed(4))
+    special = _structured_logits(1, 9, 16, 24, seed=5)
+    special[0, 4, 3, 5] = float('nan')
+    special[0, 1, 9, 9] = float('inf')
+    special[0, 6, 12, 2] = float('-inf')
+    scaled = _structured_logits(1, 9, 16, 24, seed=6) * 1e30
+    tiny = _structured_logits(1, 9, 16, 24, seed=7) * 1e-30
+    spikes = _structured_logits(1, 5, 16, 24, seed=8)
+    spikes[0, 3, 5::4, 7::5] += 30  # isolated peaks of a class that is behind elsewhere
+    near = _structured_logits(1, 4, 16, 24, seed=9)
+    near[0, 1] = near[0, 0] + 1e-7 * torch.randn((16, 24), generator=torch.Generator())
+    return {'structured': structured, 'iid': make_input((1, 150, 12, 20), seed=2),
+            'dominant': dominant, 'ties': ties.float(), 'special': special,
+            'scaled': scaled, 'tiny': tiny, 'spikes': spikes, 'near_tie': near}
+
+
+@pytest.mark.parametrize('align_corners', [False, True])
+@pytest.mark.parametrize('size', [(128, 192), (50, 77), (9, 13)])
+def test_argmax_class_pruning_changes_no_label(align_corners, size):
+    """The kernel skips, per run of output columns, the classes whose corner values lie
+    below another class's by more than the rounding bound; the labels must be those of
+    evaluating every class (bit for bit, NaN/infinity/tie rules included)."""
+    for name, x in _awkward_logits().items():
+        pruned = _labels(x, size, align_corners, prune=True)
+        full = _labels(x, size, align_corners, prune=False)
+        assert torch.equal(pruned, full), (name, int((pruned != full).sum()))
+
+
+def test_argmax_pruning_follows_torch_on_structured_logits():
+    x = _structured_logits(1, 19, 32, 64)
+    values = F.interpolate(x, (256, 512), mode='bilinear')
+    got = upsample_argmax(x, (256, 512))
+    differ = got != values.argmax(1)
+    if differ.any():  # only where the two best classes are within rounding
+        top = values.double().topk(2, dim=1).values
+        assert float((top[:, 0] - top[:, 1])[differ].max()) <= 1e-6
+    assert int(differ.sum()) <= 2
+
+
 def test_argmax_nan_rule_without_bit_identity():
     """A NaN class is the maximum wherever its NaN reaches (any PyTorch build)."""
     x = make_input((1, 4, 8, 8))
