@@ -221,6 +221,15 @@ def build_runner_config(args):
     return cfg
 
 
+def close_distributed() -> None:
+    """Destroy the default process group where this run created one (torchrun runs), so
+    gloo's threads are joined before the interpreter exits: left to the exit handlers
+    they can abort a rank ('terminate called without an active exception')."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def resolve_device(name: str):
     """The torch device for ``name``, with a clear message when it is not available."""
     import torch

@@ -13,7 +13,8 @@ import argparse
 import sys
 
 from _common import (add_debug, add_runner_args, build_runner_config, check_checkpoint,
-                     check_config, check_data, check_output_dir, parse_runner_args, run)
+                     check_config, check_data, check_output_dir, close_distributed,
+                     parse_runner_args, run)
 
 
 def parse_args(argv=None):
@@ -49,7 +50,10 @@ def main(argv=None) -> int:
         cfg.test_evaluator['output_dir'] = args.out
         cfg.test_evaluator['keep_results'] = True
     runner = Runner.from_cfg(cfg)
-    runner.test()
+    try:
+        runner.test()
+    finally:
+        close_distributed()
     return 0
 
 

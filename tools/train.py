@@ -17,7 +17,7 @@ import argparse
 import sys
 
 from _common import (add_debug, add_runner_args, build_runner_config, check_data,
-                     parse_runner_args, run)
+                     close_distributed, parse_runner_args, run)
 
 
 def parse_args(argv=None):
@@ -41,7 +41,10 @@ def main(argv=None) -> int:
     check_data(cfg, ('train_dataloader', 'val_dataloader'))
     cfg.resume = args.resume
     runner = Runner.from_cfg(cfg)
-    runner.train()
+    try:
+        runner.train()
+    finally:
+        close_distributed()
     return 0
 
 
