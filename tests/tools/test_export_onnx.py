@@ -2,6 +2,8 @@
 onnx.checker, onnxruntime verification against PyTorch, node summary) and its exit codes."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests._helpers import run_python
@@ -59,7 +61,12 @@ def _dynamic_verified(text, traced, others):
     assert 'verification passed' in text
     for shape in [traced] + others:
         assert text.count(f'input {shape}: max abs error') == 2, shape
-    assert text.count('argmax agreement 100.0000%') == 2 * (1 + len(others))
+    agreements = [float(a) for a in re.findall(r'argmax agreement ([0-9.]+)%', text)]
+    assert len(agreements) == 2 * (1 + len(others))
+    # the values are bounded by the tool's --atol; a pixel whose two best classes are
+    # within that rounding may take either class (seen once in a full-suite run: one
+    # pixel of one of the six checks), so the labels are checked to all but such pixels
+    assert min(agreements) >= 99.99, agreements
     # every Resize gets its sizes from the runtime shape (or scales): none baked in
     assert 'sizes=[' not in text
 
