@@ -28,8 +28,8 @@ children in registration order on one tensor (``nn.Sequential``, mmcv's ``ConvMo
 global pooling, attention, group/layer norm, deformable convolution, upsampling,
 training-mode batch norm -- is not, and its children are examined instead.
 
-Used by the lean prediction path (:mod:`mmseg_cann.fusion`) around ``extract_feat``,
-without gradients only; a stage is split only when its widest activation is estimated
+Used by the lean prediction path (:mod:`mmseg_cann.fusion`) around the backbone, neck
+and decode head, without gradients only; a stage is split only when its widest activation is estimated
 above :data:`STRIP_ACTIVATION_BYTES`.
 """
 from __future__ import annotations
