@@ -99,19 +99,25 @@ def int_pair(value, name: str, *, minimum: Optional[int] = None) -> Pair:
     if _is_int(value):
         items = (_to_int(value, name),) * 2
     elif isinstance(value, (tuple, list)) or _is_size_like(value):
-        values = list(value)
-        if len(values) == 1:
-            values = values * 2
-        if len(values) != 2:
-            raise ArgumentError(f'{name} must be an int or a sequence of 2 ints, '
-                             f'got {len(values)} values: {value!r}')
-        items = tuple(_to_int(v, name) for v in values)
+        items = tuple(_to_int(v, name) for v in _two_values(value, name, 'an int', 'ints'))
     else:
         raise TypeError(f'{name} must be an int or a sequence of 2 ints, '
                         f'got {value!r} ({type(value).__name__})')
     if minimum is not None and any(not is_symbolic(v) and v < minimum for v in items):
         raise ArgumentError(f'{name} must be >= {minimum}, got {value!r}')
     return items  # type: ignore[return-value]
+
+
+def _two_values(value, name: str, one: str, many: str) -> list:
+    """The items of a sequence argument, one item repeated to two; any other length is a
+    ``ValueError`` naming ``name``."""
+    values = list(value)
+    if len(values) == 1:
+        values = values * 2
+    if len(values) != 2:
+        raise ArgumentError(f'{name} must be {one} or a sequence of 2 {many}, '
+                            f'got {len(values)} values: {value!r}')
+    return values
 
 
 def _is_size_like(value) -> bool:
@@ -127,12 +133,7 @@ def float_pair(value, name: str) -> Tuple[float, float]:
     if isinstance(value, numbers.Real):
         items = (float(value),) * 2
     elif isinstance(value, (tuple, list)) or _is_size_like(value):
-        values = list(value)
-        if len(values) == 1:
-            values = values * 2
-        if len(values) != 2:
-            raise ValueError(f'{name} must be a number or a sequence of 2 numbers, '
-                             f'got {len(values)} values: {value!r}')
+        values = _two_values(value, name, 'a number', 'numbers')
         for v in values:
             if isinstance(v, bool) or not isinstance(v, numbers.Real):
                 raise TypeError(f'{name} must contain real numbers, got {v!r} '
