@@ -19,20 +19,24 @@ export MAX_JOBS ?= 2
 
 env: $(STAMP)
 
-$(STAMP): setup.py requirements/build.txt requirements/runtime.txt requirements/tests.txt
+$(STAMP): setup.py requirements/build.txt requirements/runtime.txt requirements/tests.txt Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q "pip>=24"
 	# 1. torch first: the CPU wheel on local disk (a bare `torch` would pull a CUDA build).
 	$(PIP) install -q torch==2.13.0
 	# 2. build tools, then mmcv with compiled ops built against that torch (cached by pip).
 	#    pip reports that torch asks for setuptools>=77: mmcv 2.1's setup.py needs <70
-	#    (pkg_resources), and nothing here needs a newer setuptools at run time.
+	#    (pkg_resources) while it builds; step 4 lifts it again.
 	$(PIP) install -q -r requirements/build.txt
 	$(PIP) install -q --no-build-isolation mmcv==2.1.0
 	# 3. the OpenMMLab stack, this package (editable) and the test dependencies.
 	$(PIP) install -q -r requirements/runtime.txt
 	$(PIP) install -q --no-build-isolation --no-deps -e .
 	$(PIP) install -q -r requirements/tests.txt
+	# 4. lift setuptools to what torch declares, so `pip check` is clean (<81: still
+	#    ships pkg_resources, which mmengine and openmim import).
+	$(PIP) install -q "setuptools>=77.0.3,<81"
+	$(PY) -m pip check
 	$(PY) -c "import mmcv.ops, mmseg, mmseg_cann; print('environment ready:', mmseg_cann.__version__)"
 	@touch $@
 
