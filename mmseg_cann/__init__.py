@@ -11,7 +11,8 @@ allow-list is installed by the code that loads checkpoints, or by calling
 """
 from .version import __version__
 from . import core, ops
-from .core.errors import ArgumentError
+from .core.errors import (ArgumentError, InputRankError, UnsupportedDtypeError,
+                          UnsupportedModeError)
 from .core.precision import (PrecisionPolicy, get_precision_policy, precision_policy,
                              set_precision_policy)
 from .models import CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d, CANNUpsample
@@ -30,7 +31,8 @@ def __getattr__(name):
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
 
 
-__all__ = ['__version__', 'core', 'ops', 'ArgumentError', 'CANNUpsample', 'CANNMaxPool2d',
+__all__ = ['__version__', 'core', 'ops', 'ArgumentError', 'InputRankError',
+           'UnsupportedDtypeError', 'UnsupportedModeError', 'CANNUpsample', 'CANNMaxPool2d',
            'CANNAvgPool2d', 'CANNAdaptiveAvgPool2d', 'PrecisionPolicy', 'get_precision_policy',
            'set_precision_policy', 'precision_policy', 'convert_model', 'route_resize',
            'restore_resize', 'CANNOpsHook', 'allow_mmengine_checkpoints']

@@ -49,7 +49,10 @@ def upsample(input: torch.Tensor, spec: geo.UpsampleSpec) -> torch.Tensor:
 
 
 def _cpu_antialias_width_one_defect(input: torch.Tensor, spec: geo.UpsampleSpec) -> bool:
+    # floating inputs only: PyTorch's uint8 antialias kernel is right (NCHW and
+    # channels_last agree), and its rounding is the contract there
     return (spec.antialias and input.device.type == 'cpu' and spec.out_size[1] == 1
+            and input.dtype.is_floating_point
             and spec.out_size[0] not in (1, spec.in_size[0])
             and not is_channels_last(input))  # PyTorch's channels_last kernel is right
 
@@ -128,7 +131,10 @@ def avg_pool2d(input: torch.Tensor, spec: geo.PoolSpec, count_include_pad: bool 
                         args.kernel, args.stride, 0, False, True, 1)
     counts = [torch.tensor(t, dtype=sums.dtype, device=sums.device)
               for t in pool_divisors(spec, False)]
-    return (sums / (counts[0][:, None] * counts[1][None, :])).to(input.dtype)
+    divisor = counts[0][:, None] * counts[1][None, :]
+    if not sums.dtype.is_floating_point:  # int64: PyTorch's truncating integer division
+        return torch.div(sums, divisor, rounding_mode='trunc')
+    return (sums / divisor).to(input.dtype)
 
 
 def adaptive_avg_pool2d(input: torch.Tensor, output_size) -> torch.Tensor:

@@ -20,7 +20,9 @@ PyTorch (2 -> 82). The forms, all with sizes fixed at trace time:
 * adaptive average pooling: a mean for 1x1, bin-averaging matrices otherwise.
 
 Max pooling with ``return_indices`` has no portable form (ONNX indices are not
-PyTorch's flat indices) and raises, pointing to ``tools/export_onnx.py``.
+PyTorch's flat indices) and raises, pointing to ``tools/export_onnx.py``. uint8
+bilinear/bicubic (PyTorch's fixed-point arithmetic) is PyTorch's own call, counted as a
+fallback; int64 average pooling divides window sums truncating, as PyTorch.
 """
 from __future__ import annotations
 
@@ -33,6 +35,9 @@ import torch.nn.functional as F
 from ..core import geometry as geo
 from ..core import reference as ref
 from ..core.taps import pool_divisors
+from ..core.validation import native_only_upsample
+from ..utils import record_fallback
+from . import native
 
 _EXPORT_TOOL = ('export with mmseg_cann.onnx.export_onnx (tools/export_onnx.py), which '
                 'translates the CANN ops itself')
@@ -52,6 +57,10 @@ def _matmul_resize(x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> t
 
 
 def upsample(input: torch.Tensor, spec: geo.UpsampleSpec) -> torch.Tensor:
+    if native_only_upsample(input.dtype, spec.mode):
+        record_fallback('upsample', "backend='portable': uint8 bilinear/bicubic is "
+                                    "PyTorch's fixed-point arithmetic; running natively")
+        return native.upsample(input, spec)
     if spec.mode in geo.NEAREST_MODES:
         exact = spec.mode == 'nearest-exact'
         out = input
@@ -108,6 +117,18 @@ def max_pool2d(input: torch.Tensor, spec: geo.PoolSpec, return_indices: bool = F
 def avg_pool2d(input: torch.Tensor, spec: geo.PoolSpec, count_include_pad: bool = True,
                divisor_override=None) -> torch.Tensor:
     x, squeezed = _as_4d(input)
+    if not x.dtype.is_floating_point:  # int64: window sums, truncating division
+        sums = F.avg_pool2d(_pad_to_windows(x, spec, 0), spec.kernel, spec.stride, 0, False,
+                            True, 1)
+        if divisor_override is not None:
+            divisor = np.asarray(divisor_override, dtype=np.int64)
+        else:
+            rows, cols = (np.asarray(t, dtype=np.int64)
+                          for t in pool_divisors(spec, count_include_pad))
+            divisor = rows[:, None] * cols[None, :]
+        out = torch.div(sums, torch.as_tensor(divisor, device=sums.device),
+                        rounding_mode='trunc')
+        return out.squeeze(0) if squeezed else out
     out = F.avg_pool2d(_pad_to_windows(x, spec, 0.0), spec.kernel, spec.stride, 0, False,
                        True)
     # the correction is computed in NumPy: a constant of the traced graph

@@ -1,25 +1,35 @@
 """Reference backend: the float64 implementations of :mod:`mmseg_cann.core.reference`.
 
-Computes in float64 and returns the input's dtype and memory format, so it can stand
-in for the native backend anywhere (slowly).
+Computes in float64 (integer pooling in its own integer dtype, exactly) and returns the
+input's dtype and memory format, so it can stand in for the native backend anywhere
+(slowly). uint8 bilinear/bicubic is PyTorch's fixed-point arithmetic, which float64
+does not reproduce: it runs natively, counted as a fallback.
 """
 from __future__ import annotations
 
 import torch
 
 from ..core import reference as ref
-from ..core.validation import is_channels_last
+from ..core.validation import is_channels_last, native_only_upsample
+from ..utils import record_fallback
+from . import native
 
 
 def _like(result: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
-    out = result.to(input.dtype) if input.dtype.is_floating_point else result.round().to(
-        input.dtype)
+    if result.dtype == input.dtype or input.dtype.is_floating_point:
+        out = result.to(input.dtype)
+    else:  # float64 values of an integer input (uint8 nearest: exact)
+        out = result.round().to(input.dtype)
     if is_channels_last(input):
         out = out.contiguous(memory_format=torch.channels_last)
     return out
 
 
 def upsample(input, spec):
+    if native_only_upsample(input.dtype, spec.mode):
+        record_fallback('upsample', "backend='reference': uint8 bilinear/bicubic is "
+                                    "PyTorch's fixed-point arithmetic; running natively")
+        return native.upsample(input, spec)
     return _like(ref.upsample_from_spec(input, spec), input)
 
 

@@ -33,7 +33,7 @@ import operator
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple, Union
 
-from .errors import ArgumentError
+from .errors import ArgumentError, UnsupportedModeError
 
 UPSAMPLE_MODES = ('nearest', 'nearest-exact', 'bilinear', 'bicubic', 'area')
 #: modes that interpolate (take ``align_corners`` and ``antialias``)
@@ -90,33 +90,45 @@ def _to_int(value, name: str) -> int:
     return value if is_symbolic(value) else operator.index(value)
 
 
-def int_pair(value, name: str, *, minimum: Optional[int] = None) -> Pair:
+def int_pair(value, name: str, *, minimum: Optional[int] = None,
+             allow_one: bool = True) -> Pair:
     """Normalise an int or a length-2 sequence of ints into a pair.
 
+    ``allow_one``: a one-item sequence stands for both axes (PyTorch's pooling
+    arguments); without it only an int does (``F.interpolate``'s ``size``).
+
     Raises ``TypeError`` for non-integers and ``ValueError`` for a wrong length or a
-    value below ``minimum``.
+    value below ``minimum`` (an :class:`ArgumentError`, also a ``RuntimeError``, as
+    PyTorch raises for both).
     """
     if _is_int(value):
         items = (_to_int(value, name),) * 2
     elif isinstance(value, (tuple, list)) or _is_size_like(value):
-        items = tuple(_to_int(v, name) for v in _two_values(value, name, 'an int', 'ints'))
+        items = tuple(_to_int(v, name) for v in _two_values(value, name, 'an int', 'ints',
+                                                             allow_one))
     else:
         raise TypeError(f'{name} must be an int or a sequence of 2 ints, '
                         f'got {value!r} ({type(value).__name__})')
     if minimum is not None and any(not is_symbolic(v) and v < minimum for v in items):
-        raise ArgumentError(f'{name} must be >= {minimum}, got {value!r}')
+        # PyTorch's wording ("stride must be greater than zero", "pad must be
+        # non-negative") inside ours
+        words = 'greater than zero' if minimum == 1 else 'non-negative' if minimum == 0 \
+            else f'at least {minimum}'
+        raise ArgumentError(f'{name} must be {words} (>= {minimum}), got {value!r}')
     return items  # type: ignore[return-value]
 
 
-def _two_values(value, name: str, one: str, many: str) -> list:
-    """The items of a sequence argument, one item repeated to two; any other length is a
-    ``ValueError`` naming ``name``."""
+def _two_values(value, name: str, one: str, many: str, allow_one: bool = True) -> list:
+    """The items of a sequence argument, one item repeated to two (when ``allow_one``);
+    any other length is a ``ValueError`` naming ``name``."""
     values = list(value)
-    if len(values) == 1:
+    if len(values) == 1 and allow_one:
         values = values * 2
     if len(values) != 2:
-        raise ArgumentError(f'{name} must be {one} or a sequence of 2 {many}, '
-                            f'got {len(values)} values: {value!r}')
+        one_item = ' or one' if allow_one else ''
+        raise ArgumentError(f'{name} must be {one} or a sequence of 2{one_item} {many} '
+                            f'(one per spatial dimension), got {len(values)} values: '
+                            f'{value!r}')
     return values
 
 
@@ -127,13 +139,14 @@ def _is_size_like(value) -> bool:
 
 
 def float_pair(value, name: str) -> Tuple[float, float]:
-    """Normalise a positive finite number or a length-2 sequence of them."""
+    """Normalise a positive finite number or a length-2 sequence of them (a sequence
+    must have one number per spatial dimension, as in ``F.interpolate``)."""
     if isinstance(value, bool):
         raise TypeError(f'{name} must be a number or a sequence of 2 numbers, got {value!r}')
     if isinstance(value, numbers.Real):
         items = (float(value),) * 2
     elif isinstance(value, (tuple, list)) or _is_size_like(value):
-        values = _two_values(value, name, 'a number', 'numbers')
+        values = _two_values(value, name, 'a number', 'numbers', allow_one=False)
         for v in values:
             if isinstance(v, bool) or not isinstance(v, numbers.Real):
                 raise TypeError(f'{name} must contain real numbers, got {v!r} '
@@ -156,6 +169,13 @@ def _check_bool(value, name: str, *, allow_none: bool = False) -> None:
         raise TypeError(f'{name} must be {accepted}, got {value!r}')
 
 
+def truth_flag(value) -> bool:
+    """A flag PyTorch reads by truth value (``if flag:``), such as ``return_indices`` of
+    ``F.max_pool2d`` or ``antialias`` of ``F.interpolate``: any value is accepted and
+    counts as ``bool(value)`` (so ``1``, ``np.bool_(True)`` and ``'yes'`` are true)."""
+    return bool(value)
+
+
 # ----------------------------------------------------------------------------------
 # upsampling
 # ----------------------------------------------------------------------------------
@@ -175,33 +195,48 @@ def check_upsample_args(size=None, scale_factor=None, mode='nearest', align_corn
                         recompute_scale_factor=None, antialias=False) -> UpsampleArgs:
     """Validate the input-independent upsample arguments.
 
-    Mirrors the rules of ``F.interpolate`` for 4-D input and raises ``ValueError`` or
-    ``TypeError`` naming the argument and what is accepted.
+    Mirrors the rules of ``F.interpolate`` for 4-D input, in its order, and raises
+    ``ValueError`` or ``TypeError`` naming the argument and what is accepted. As in
+    PyTorch, ``antialias`` and ``recompute_scale_factor`` are read by truth value,
+    ``align_corners`` must be None or a bool, a ``size``/``scale_factor`` sequence has
+    one entry per spatial dimension, and ``'area'`` (adaptive average pooling) takes an
+    output size of 0. A mode PyTorch has no 4-D kernel for raises
+    :class:`UnsupportedModeError` (a ``ValueError`` and PyTorch's
+    ``NotImplementedError``).
     """
-    if not isinstance(mode, str) or mode not in UPSAMPLE_MODES:
-        raise ValueError(f'mode must be one of {UPSAMPLE_MODES} for 4-D input, got {mode!r}')
-    if size is None and scale_factor is None:
-        raise ValueError('either size or scale_factor must be given (got neither)')
+    if mode in ('nearest', 'area', 'nearest-exact') and align_corners is not None:
+        raise ValueError(f'align_corners can only be set for the interpolating modes '
+                         f'{INTERPOLATING_MODES}, got mode={mode!r}; leave it None '
+                         '(align_corners option can only be set with the interpolating '
+                         'modes: linear | bilinear | bicubic | trilinear)')
     if size is not None and scale_factor is not None:
         raise ValueError('only one of size or scale_factor may be given (got both)')
-    norm_size = None if size is None else int_pair(size, 'size', minimum=1)
+    if size is None and scale_factor is None:
+        raise ValueError('either size or scale_factor must be given (got neither)')
+    try:
+        norm_size = None if size is None else int_pair(
+            size, 'size', minimum=0 if mode == 'area' else 1, allow_one=False)
+    except TypeError as exc:  # with F.interpolate's wording inside, as its tests match it
+        types = ([type(v) for v in size] if isinstance(size, (tuple, list))
+                 else type(size))
+        raise TypeError(f'{exc} (expected size to be one of int or Tuple[int] or '
+                        f'Tuple[int, int], but got size with types {types})') from None
     norm_scale = None if scale_factor is None else float_pair(scale_factor, 'scale_factor')
-    _check_bool(align_corners, 'align_corners', allow_none=True)
-    if align_corners is not None and mode not in INTERPOLATING_MODES:
-        raise ValueError(f'align_corners can only be set for the interpolating modes '
-                         f'{INTERPOLATING_MODES}, got mode={mode!r}; leave it None')
-    _check_bool(antialias, 'antialias')
+    recompute = None if recompute_scale_factor is None else truth_flag(recompute_scale_factor)
+    if recompute and norm_size is not None:
+        raise ValueError('recompute_scale_factor=True is not meaningful with an explicit '
+                         'size; pass scale_factor instead')
+    antialias = truth_flag(antialias)
     if antialias and mode not in INTERPOLATING_MODES:
         raise ValueError(f'antialias=True is only supported for modes {INTERPOLATING_MODES}, '
                          f'got mode={mode!r}')
-    _check_bool(recompute_scale_factor, 'recompute_scale_factor', allow_none=True)
-    if recompute_scale_factor and norm_size is not None:
-        raise ValueError('recompute_scale_factor=True is not meaningful with an explicit '
-                         'size; pass scale_factor instead')
+    if not isinstance(mode, str) or mode not in UPSAMPLE_MODES:
+        raise UnsupportedModeError(f'mode must be one of {UPSAMPLE_MODES} for 4-D input, '
+                                   f'got {mode!r}')
+    _check_bool(align_corners, 'align_corners', allow_none=True)
     if mode in INTERPOLATING_MODES and align_corners is None:
         align_corners = False
-    return UpsampleArgs(norm_size, norm_scale, mode, align_corners, recompute_scale_factor,
-                        antialias)
+    return UpsampleArgs(norm_size, norm_scale, mode, align_corners, recompute, antialias)
 
 
 @dataclass(frozen=True)
@@ -261,9 +296,11 @@ def upsample_spec(in_size: Sequence[int], args: UpsampleArgs) -> UpsampleSpec:
         return UpsampleSpec(args, in_hw, args.size, (None, None))
     scales = args.scale_factor
     out = tuple(upsample_output_size(i, s) for i, s in zip(in_hw, scales))
-    if any(not is_symbolic(o) and o < 1 for o in out):
+    # 'area' is adaptive average pooling, which takes an empty output size
+    if args.mode != 'area' and any(not is_symbolic(o) and o < 1 for o in out):
         raise ArgumentError(f'scale_factor={scales} gives an empty output {out} for input '
-                         f'size {in_hw}; the output size floor(in * scale) must be >= 1')
+                            f'size {in_hw}; the output size floor(in * scale) must be >= 1 '
+                            f'(Input and output sizes should be greater than 0)')
     if args.recompute_scale_factor or args.mode == 'area':
         kernel_scales = (None, None)
     else:
@@ -470,16 +507,37 @@ def check_pool_args(kernel_size, stride=None, padding=0, dilation=1,
         norm_padding: Union[Pair, str] = 'same_upper' if pad == 'same' else pad
     else:
         norm_padding = int_pair(padding, 'padding', minimum=0)
-        for p, k in zip(norm_padding, kernel):
-            if check_padding_limit and p > k // 2:
-                raise ArgumentError(f'padding must be at most half the kernel size '
-                                 f'(pad <= kernel_size // 2), got padding={padding!r} '
-                                 f'for kernel_size={kernel_size!r}')
-    return PoolArgs(kernel, stride_pair, norm_padding, dilation_pair, ceil_mode)
+    args = PoolArgs(kernel, stride_pair, norm_padding, dilation_pair, ceil_mode)
+    if check_padding_limit:
+        check_padding_limit_of(args)
+    return args
+
+
+def check_padding_limit_of(args: PoolArgs) -> None:
+    """PyTorch's rule for explicit padding: at most half the kernel (``p <= k // 2``).
+
+    PyTorch checks it with the input's shape, after the rank (``avg_pool2d`` of a 2-D
+    tensor raises its ``IndexError`` first), so the ops call this after their input
+    checks.
+    """
+    if isinstance(args.padding, str):
+        return
+    for p, k in zip(args.padding, args.kernel):
+        if p > k // 2:
+            raise ArgumentError(f'padding must be at most half the kernel size '
+                                f'(pad <= kernel_size // 2), got padding={args.padding} '
+                                f'for kernel_size={args.kernel} (pad should be smaller '
+                                f'than or equal to half of kernel size)')
 
 
 def pool_spec(in_size: Sequence[int], args: PoolArgs) -> PoolSpec:
-    """Resolve padding and output size of a pooling grid for ``in_size`` (H, W)."""
+    """Resolve padding and output size of a pooling grid for ``in_size`` (H, W).
+
+    Accepts exactly the geometries PyTorch accepts: the only size rule is an output of
+    at least one window per axis (``ceil_mode`` windows may run past the padded input,
+    as long as they start inside the input or the left padding). An empty output
+    raises :class:`ArgumentError` with PyTorch's "Output size is too small".
+    """
     in_hw = (size_value(in_size[0]), size_value(in_size[1]))
     begin, end, out = [], [], []
     for axis in range(2):
@@ -488,21 +546,27 @@ def pool_spec(in_size: Sequence[int], args: PoolArgs) -> PoolSpec:
             b, e, o = same_padding(n, k, s, d, lower=args.padding == 'same_lower')
         else:
             p = 0 if args.padding == 'valid' else args.padding[axis]  # type: ignore[index]
-            if not is_symbolic(n) and n + 2 * p < effective_kernel(k, d):
-                raise ArgumentError(
-                    f'kernel_size={args.kernel} with dilation={args.dilation} is larger '
-                    f'than the padded input {tuple(i + 2 * q for i, q in zip(in_hw, [p, p]))} '
-                    f'(input {in_hw}, padding {p}); the output would be empty')
             b = e = p
             o = pool_output_size(n, k, s, p, d, args.ceil_mode)
-        if not is_symbolic(o) and o < 1:
-            raise ArgumentError(f'pooling input {in_hw} with kernel_size={args.kernel}, '
-                             f'stride={args.stride}, padding={args.padding!r} gives an '
-                             f'empty output')
         begin.append(b)
         end.append(e)
         out.append(o)
+    if any(not is_symbolic(o) and o < 1 for o in out):
+        raise ArgumentError(_empty_pool_message(in_hw, tuple(out), args, begin, end))
     return PoolSpec(args, in_hw, tuple(out), tuple(begin), tuple(end))  # type: ignore[arg-type]
+
+
+def _empty_pool_message(in_hw, out_hw, args: PoolArgs, begin, end) -> str:
+    padded = tuple(n + b + e for n, b, e in zip(in_hw, begin, end))
+    extent = tuple(effective_kernel(k, d) for k, d in zip(args.kernel, args.dilation))
+    why = ''
+    if any(x > p for x, p in zip(extent, padded)):
+        why = (f': kernel_size={args.kernel} with dilation={args.dilation} is larger than '
+               f'the padded input {padded}')
+    return (f'pooling input {in_hw} with kernel_size={args.kernel}, stride={args.stride}, '
+            f'padding={args.padding!r}, dilation={args.dilation} gives an empty output '
+            f'{out_hw}{why} (Given input size: ({in_hw[0]}x{in_hw[1]}). Calculated output '
+            f'size: ({out_hw[0]}x{out_hw[1]}). Output size is too small)')
 
 
 def avg_divisor(out_index: int, in_size: int, kernel: int, stride: int, pad_begin: int,
@@ -529,15 +593,24 @@ def first_valid_tap(out_index: int, in_size: int, stride: int, pad_begin: int,
 
 
 def adaptive_output_size(in_size: Sequence[int], output_size) -> Pair:
-    """Normalise ``output_size`` of adaptive pooling (None keeps the input size)."""
+    """Normalise ``output_size`` of adaptive pooling (a None entry keeps the input size).
+
+    As ``F.adaptive_avg_pool2d``: an int, or a sequence of two entries (ints or None);
+    entries may be 0 (an empty output). Raises ``TypeError`` for other types and
+    :class:`ArgumentError` (``ValueError`` and PyTorch's ``RuntimeError``) for a wrong
+    length or a negative size.
+    """
     if output_size is None:
-        raise ValueError('output_size must be an int or a pair (entries may be None), got None')
-    if _is_int(output_size):
+        raise TypeError('output_size must be an int or a pair (entries may be None), got None')
+    if isinstance(output_size, int) and not isinstance(output_size, bool) or \
+            is_symbolic(output_size):
         values = [output_size, output_size]
-    elif isinstance(output_size, (tuple, list)) or _is_size_like(output_size):
+    elif isinstance(output_size, (tuple, list)) or (
+            _is_size_like(output_size) and not hasattr(output_size, 'dtype')):
         values = list(output_size)
         if len(values) != 2:
-            raise ValueError(f'output_size must be an int or a pair, got {output_size!r}')
+            raise ArgumentError(f'output_size must be an int or a pair, got {output_size!r} '
+                                f'(adaptive_avg_pool2d: output_size must be 2)')
     else:
         raise TypeError(f'output_size must be an int or a pair of ints/None, '
                         f'got {output_size!r} ({type(output_size).__name__})')
@@ -547,8 +620,10 @@ def adaptive_output_size(in_size: Sequence[int], output_size) -> Pair:
             result.append(size_value(n))
             continue
         v = _to_int(v, 'output_size')
-        if v < 1:
-            raise ArgumentError(f'output_size must be >= 1, got {output_size!r}')
+        if not is_symbolic(v) and v < 0:
+            raise ArgumentError(f'output_size must be >= 0, got {output_size!r} '
+                                f'(elements of output_size must be greater than or equal '
+                                f'to 0)')
         result.append(v)
     return tuple(result)  # type: ignore[return-value]
 

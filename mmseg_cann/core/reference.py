@@ -5,8 +5,11 @@ here calls ``F.interpolate`` or a ``F.*pool*`` function: interpolation is a prod
 with per-axis weight matrices built from :mod:`mmseg_cann.core.geometry`, pooling a
 loop over the window taps. Everything is differentiable (plain tensor ops in float64).
 
-All functions take any floating or integer tensor and return a float64 tensor on the
-input's device, NCHW-contiguous. Arguments are validated as the public ops do.
+All functions take floating or integer tensors and return a tensor on the input's
+device, NCHW-contiguous: float64, except pooling of integer input, which computes in the
+input's integer dtype as PyTorch's integer kernels do (max pooling compares, average
+pooling of int64 sums in int64 and divides truncating) and returns that dtype, exact for
+any value. Arguments are validated as the public ops do.
 
 Nearest-neighbour index rule
     PyTorch computes the legacy ``nearest`` source index as ``floorf(d * scale)`` with a
@@ -29,7 +32,8 @@ import torch
 
 from . import geometry as geo
 from .taps import pool_divisors, pool_first_taps
-from .validation import FLOATING_DTYPES, INTEGER_DTYPES, check_input
+from .validation import (AVG_POOL_DTYPES, FLOATING_DTYPES, INTEGER_DTYPES, MAX_POOL_DTYPES,
+                         check_adaptive_input, check_input)
 
 NEAREST_RULES = ('pytorch', 'exact')
 
@@ -131,10 +135,19 @@ def interpolation_matrix(in_size: int, out_size: int, mode: str,
 
 
 def _as_float64_nchw(input: torch.Tensor) -> Tuple[torch.Tensor, bool]:
-    x = input.to(torch.float64)
+    return _as_nchw(input.to(torch.float64))
+
+
+def _as_nchw(x: torch.Tensor) -> Tuple[torch.Tensor, bool]:
     if x.dim() == 3:
         return x.unsqueeze(0), True
     return x, False
+
+
+def _pooling_nchw(input: torch.Tensor) -> Tuple[torch.Tensor, bool]:
+    """The pooling computation's input: float64 for floating input, the input's own
+    dtype for integers (exact, as PyTorch's integer kernels)."""
+    return _as_float64_nchw(input) if input.dtype.is_floating_point else _as_nchw(input)
 
 
 def upsample(input: torch.Tensor, size=None, scale_factor=None, mode: str = 'nearest',
@@ -177,17 +190,19 @@ def max_pool2d(input: torch.Tensor, kernel_size, stride=None, padding=0, dilatio
     Follows PyTorch's scan: taps in row-major order, a tap wins when it is greater than
     the running maximum or is NaN; the default index is the window's first in-bounds tap.
     """
-    check_input(input, 'reference.max_pool2d', ranks=(3, 4), integer_dtypes=INTEGER_DTYPES)
+    check_input(input, 'reference.max_pool2d', ranks=(3, 4), dtypes=MAX_POOL_DTYPES)
     spec = geo.pool_spec(input.shape[-2:], geo.check_pool_args(kernel_size, stride, padding,
                                                                dilation, ceil_mode))
     return max_pool2d_from_spec(input, spec, return_indices)
 
 
 def max_pool2d_from_spec(input: torch.Tensor, spec: geo.PoolSpec, return_indices=False):
-    x, squeezed = _as_float64_nchw(input)
+    x, squeezed = _pooling_nchw(input)
     n, c, h, w = x.shape
     oh, ow = spec.out_size
-    best = torch.full((n, c, oh, ow), -math.inf, dtype=torch.float64, device=x.device)
+    # the running maximum starts at the lowest value, as PyTorch's kernels
+    lowest = -math.inf if x.dtype.is_floating_point else torch.iinfo(x.dtype).min
+    best = torch.full((n, c, oh, ow), lowest, dtype=x.dtype, device=x.device)
     rows0, cols0 = (torch.tensor(t) for t in pool_first_taps(spec))
     index = (rows0[:, None] * w + cols0[None, :]).to(x.device).expand(n, c, oh, ow).clone()
     for rows, row_ok in _window_taps(spec, 0):
@@ -205,8 +220,9 @@ def max_pool2d_from_spec(input: torch.Tensor, spec: geo.PoolSpec, return_indices
 
 def avg_pool2d(input: torch.Tensor, kernel_size, stride=None, padding=0, ceil_mode=False,
                count_include_pad=True, divisor_override=None) -> torch.Tensor:
-    """Float64 reference of :func:`mmseg_cann.ops.avg_pool2d` (PyTorch's divisor rule)."""
-    check_input(input, 'reference.avg_pool2d', ranks=(3, 4))
+    """Float64 reference of :func:`mmseg_cann.ops.avg_pool2d` (PyTorch's divisor rule;
+    int64 input: integer sums, truncating division)."""
+    check_input(input, 'reference.avg_pool2d', ranks=(3, 4), dtypes=AVG_POOL_DTYPES)
     spec = geo.pool_spec(input.shape[-2:], geo.check_pool_args(kernel_size, stride, padding,
                                                                1, ceil_mode))
     return avg_pool2d_from_spec(input, spec, count_include_pad, divisor_override)
@@ -214,26 +230,30 @@ def avg_pool2d(input: torch.Tensor, kernel_size, stride=None, padding=0, ceil_mo
 
 def avg_pool2d_from_spec(input: torch.Tensor, spec: geo.PoolSpec, count_include_pad=True,
                          divisor_override=None) -> torch.Tensor:
-    x, squeezed = _as_float64_nchw(input)
+    x, squeezed = _pooling_nchw(input)
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
     total = 0
     for rows, row_ok in _window_taps(spec, 0):
         for cols, col_ok in _window_taps(spec, 1):
             ok = (row_ok[:, None] & col_ok[None, :]).to(x.device)
-            total = total + torch.where(ok, x[:, :, rows][:, :, :, cols], 0.0)
+            total = total + torch.where(ok, x[:, :, rows][:, :, :, cols], zero)
     if divisor_override is not None:
-        divisor = torch.tensor(float(divisor_override), dtype=torch.float64)
+        divisor = torch.tensor(divisor_override, dtype=x.dtype)
     else:
-        per_axis = [torch.tensor(t, dtype=torch.float64)
-                    for t in pool_divisors(spec, count_include_pad)]
+        per_axis = [torch.tensor(t, dtype=x.dtype) for t in pool_divisors(spec, count_include_pad)]
         divisor = per_axis[0][:, None] * per_axis[1][None, :]
-    out = total / divisor.to(x.device)
+    if x.dtype.is_floating_point:
+        out = total / divisor.to(x.device)
+    else:  # PyTorch's integer kernel: C++ integer division, truncating
+        out = torch.div(total, divisor.to(x.device), rounding_mode='trunc')
     return out.squeeze(0) if squeezed else out
 
 
 def adaptive_avg_pool2d(input: torch.Tensor, output_size) -> torch.Tensor:
     """Float64 reference of :func:`mmseg_cann.ops.adaptive_avg_pool2d`."""
-    check_input(input, 'reference.adaptive_avg_pool2d', ranks=(3, 4))
-    out_hw = geo.adaptive_output_size(input.shape[-2:], output_size)
+    out_hw = geo.adaptive_output_size(input.shape[-2:], output_size) \
+        if isinstance(input, torch.Tensor) and input.dim() >= 2 else (1, 1)
+    check_adaptive_input(input, out_hw, 'reference.adaptive_avg_pool2d')
     x, squeezed = _as_float64_nchw(input)
     mats = [interpolation_matrix(x.shape[2 + a], out_hw[a], 'area').to(x.device)
             for a in range(2)]

@@ -5,10 +5,17 @@ import torch
 import torch.nn.functional as F
 
 from .. import backends
+from ..backends import auto, native
 from ..core.precision import normalize_precision, run_with_precision
 from ..core import geometry as geo
-from ..core.validation import check_input
+from ..core.validation import (adaptive_mean_only, check_adaptive_input, check_input,
+                               check_tensor, native_only_upsample, upsample_dtypes)
+from ..utils import record_fallback
 from . import direct
+
+#: modes PyTorch takes for 4-D input that only its own op computes (no CANN kernel):
+#: they run ``F.interpolate`` itself, counted as a fallback
+TORCH_ONLY_MODES = ('lanczos',)
 
 
 def upsample(input: torch.Tensor, size=None, scale_factor=None, mode: str = 'nearest',
@@ -17,9 +24,14 @@ def upsample(input: torch.Tensor, size=None, scale_factor=None, mode: str = 'nea
     """Resize a batch of feature maps exactly as ``F.interpolate`` does.
 
     Args:
-        input: ``(N, C, H, W)`` floating tensor (``uint8`` is accepted by the nearest
-            modes, as in PyTorch). Contiguous, non-contiguous and channels_last inputs
-            are accepted; channels_last in gives channels_last out.
+        input: ``(N, C, H, W)`` tensor, empty only in the batch dimension (``'area'``
+            also takes empty channels): floating, or ``uint8`` for every mode but
+            ``'area'``, as PyTorch's CPU kernels. uint8 bilinear/bicubic runs PyTorch's
+            own kernel whatever the backend (its fixed-point arithmetic is the
+            contract), a counted fallback where another backend was asked for.
+            Contiguous, non-contiguous and channels_last inputs are accepted;
+            channels_last in gives channels_last out. Input of another rank (and
+            ``mode='lanczos'``) runs ``F.interpolate`` itself, counted as a fallback.
         size: output ``(H_out, W_out)`` or an int for both.
         scale_factor: multiplier(s) for the spatial size; output is ``floor(in * s)``.
             The source coordinates are then mapped with ``1 / scale_factor`` (PyTorch's
@@ -42,25 +54,60 @@ def upsample(input: torch.Tensor, size=None, scale_factor=None, mode: str = 'nea
         ``(N, C, H_out, W_out)`` tensor.
 
     Raises:
-        TypeError, ValueError: for invalid arguments, before any kernel runs.
+        TypeError, ValueError: for invalid arguments, before any kernel runs; each also
+            of PyTorch's type for the same call (:mod:`mmseg_cann.core.errors`).
     """
     out = direct.run_cached(direct.upsample, (size, scale_factor, mode, align_corners,
                                               recompute_scale_factor, antialias, precision,
                                               backend), input)
     if out is not None:
         return out
-    check_input(input, 'upsample', ranks=(4,), integer_dtypes=(torch.uint8,))
+    check_tensor(input, 'upsample')
+    if input.dim() != 4 or mode in TORCH_ONLY_MODES:
+        normalize_precision(precision)
+        backends.check_backend(backend)
+        return _torch_interpolate(input, size, scale_factor, mode, align_corners,
+                                  recompute_scale_factor, antialias)
     args = geo.check_upsample_args(size, scale_factor, mode, align_corners,
                                    recompute_scale_factor, antialias)
-    if input.dtype == torch.uint8 and args.mode not in geo.NEAREST_MODES:
-        raise TypeError(f'upsample: integer (uint8) input is only accepted by the nearest '
-                        f'modes {geo.NEAREST_MODES}, not mode={args.mode!r}; cast it to a '
-                        f'floating dtype first')
     normalize_precision(precision)
     impl = backends.get_backend(backend)
-    spec = geo.upsample_spec(input.shape[-2:], args)
+    if args.mode == 'area':  # adaptive average pooling, with its input rules
+        spec = geo.upsample_spec(input.shape[-2:], args)
+        if adaptive_mean_only(input, spec.out_size):
+            return _torch_interpolate(input, size, scale_factor, mode, align_corners,
+                                      recompute_scale_factor, antialias)
+        check_adaptive_input(input, spec.out_size, 'upsample')
+    else:
+        check_input(input, 'upsample', ranks=(4,), dtypes=upsample_dtypes(args.mode),
+                    kernel=f'upsample_{args.mode.replace("-", "_")}2d')
+        spec = geo.upsample_spec(input.shape[-2:], args)
+    if native_only_upsample(input.dtype, args.mode):
+        impl = _native_for_uint8(impl, input, backend)
     return run_with_precision(
         'upsample', precision, input, lambda x: impl.upsample(x, spec),
         probe_key=f'upsample-{args.mode}-{args.antialias}',
         probe=lambda t: F.interpolate(t, size=(2, 2), mode=args.mode,
                                       align_corners=args.align_corners))
+
+
+def _torch_interpolate(input, size, scale_factor, mode, align_corners,
+                       recompute_scale_factor, antialias) -> torch.Tensor:
+    """``F.interpolate`` itself, for calls outside the kernels' domain (PyTorch checks
+    the arguments and raises its own errors)."""
+    result = F.interpolate(input, size, scale_factor, mode, align_corners,
+                           recompute_scale_factor, antialias)
+    record_fallback('upsample', f'{input.dim()}-D {input.dtype} input of shape '
+                                f'{tuple(input.shape)} with mode={mode!r} is outside the '
+                                "kernels' domain; F.interpolate ran")
+    return result
+
+
+def _native_for_uint8(impl, input: torch.Tensor, backend: str):
+    """The native backend for uint8 bilinear/bicubic, recorded as a fallback when the
+    chosen backend would not have run it natively."""
+    resolved = auto.select(input) if impl is auto else impl
+    if getattr(resolved, 'upsample', None) is not native.upsample:
+        record_fallback('upsample', f"uint8 bilinear/bicubic is PyTorch's own fixed-point "
+                                    f"arithmetic; backend={backend!r} runs the native op")
+    return native

@@ -1,4 +1,5 @@
 """The geometry module against PyTorch's observable behaviour and the documented rules."""
+import itertools
 import math
 
 import numpy as np
@@ -141,3 +142,65 @@ def test_pytorch_nearest_exact_differs_from_float32_rule_only_at_rounding_ties()
                 nearest_int = np.round(src)
                 assert abs(src - nearest_int) <= np.spacing(f32(max(nearest_int, 1))), \
                     (n_in, n_out, d)
+
+
+def _torch_pool_outcome(n, k, s, p, d, ceil_mode):
+    """PyTorch's output height for an (n x 1) input, or None when it raises."""
+    try:
+        return F.max_pool2d(torch.zeros(1, 1, n, 1), (k, 1), (s, 1), (p, 0), (d, 1),
+                            ceil_mode).shape[2]
+    except RuntimeError:
+        return None
+
+
+@pytest.mark.parametrize('ceil_mode', [False, True])
+def test_pool_spec_accepts_exactly_the_geometries_pytorch_accepts(ceil_mode):
+    """``pool_spec`` raises exactly where PyTorch raises (an empty output), and gives
+    PyTorch's size everywhere else, also where a ceil-mode window runs past the padded
+    input (e.g. n=1, k=2, s=2: one window)."""
+    past_input = 0
+    for n, k, s, d in itertools.product(range(1, 8), range(1, 6), range(1, 4), range(1, 4)):
+        for p in range(0, k // 2 + 1):
+            expected = _torch_pool_outcome(n, k, s, p, d, ceil_mode)
+            args = geo.check_pool_args((k, 1), (s, 1), (p, 0), (d, 1), ceil_mode)
+            if expected is None:
+                with pytest.raises(RuntimeError, match='Output size is too small'):
+                    geo.pool_spec((n, 1), args)
+                continue
+            assert geo.pool_spec((n, 1), args).out_size[0] == expected, (n, k, s, p, d)
+            past_input += n + 2 * p < geo.effective_kernel(k, d)
+    assert (past_input > 0) == ceil_mode
+
+
+def test_adaptive_output_size_rules_of_pytorch():
+    assert geo.adaptive_output_size((5, 6), 0) == (0, 0)
+    assert geo.adaptive_output_size((5, 6), (None, 0)) == (5, 0)
+    for bad in ((2,), (1, 2, 3), -1, (2, -1)):
+        with pytest.raises(RuntimeError):  # as F.adaptive_avg_pool2d
+            geo.adaptive_output_size((5, 6), bad)
+    for bad in (2.0, True, np.int64(2), torch.tensor(2), None):
+        with pytest.raises(TypeError):
+            geo.adaptive_output_size((5, 6), bad)
+
+
+def test_upsample_args_follow_interpolate():
+    """Truth-valued flags, one size per spatial dimension, empty 'area' outputs, and
+    PyTorch's NotImplementedError for modes it has no 4-D kernel for."""
+    args = geo.check_upsample_args(size=3, mode='bilinear', antialias=1,
+                                   recompute_scale_factor=None)
+    assert args.antialias is True and args.align_corners is False
+    args = geo.check_upsample_args(scale_factor=2.0, recompute_scale_factor=np.bool_(True))
+    assert args.recompute_scale_factor is True
+    assert geo.check_upsample_args(size=0, mode='area').size == (0, 0)
+    with pytest.raises(ValueError, match='align_corners'):  # before the type check
+        geo.check_upsample_args(size=3, align_corners=1)
+    with pytest.raises(TypeError, match='align_corners'):
+        geo.check_upsample_args(size=3, mode='bicubic', align_corners=1)
+    for size in ((3,), [3]):
+        with pytest.raises(ValueError, match='size'):
+            geo.check_upsample_args(size=size)
+    for mode in ('linear', 'trilinear', 'lanczos-ish', 3):
+        with pytest.raises(NotImplementedError):
+            geo.check_upsample_args(size=3, mode=mode)
+        with pytest.raises(ValueError, match='mode'):
+            geo.check_upsample_args(size=3, mode=mode)

@@ -187,10 +187,11 @@ def test_backward_channels_last_float32_matches_and_keeps_layout():
 
 
 def test_three_d_input_is_rejected_before_any_kernel():
-    """upsample and the fused ops take (N, C, H, W) only (a 3-D F.interpolate input is
-    1-D resizing): a clear ValueError, also with backend='triton'."""
+    """The fused ops take (N, C, H, W) only: a clear ValueError, also with
+    backend='triton'. A 3-D upsample input is 1-D resizing, which upsample hands to
+    F.interpolate, so a 2-D size gets torch's own ValueError."""
     x = torch.zeros(3, 4, 5)
-    with pytest.raises(ValueError, match='input must be'):
+    with pytest.raises(ValueError, match='same number of spatial dimensions'):
         upsample(x, size=(8, 10), mode='bilinear', backend='triton')
     with pytest.raises(ValueError, match='input must be'):
         upsample_add(x, torch.zeros(3, 8, 10), backend='triton')

@@ -181,7 +181,7 @@ def test_linear_taps_match_reference_weights():
      'align_corners=True'),
     (lambda x, o: upsample_add(x, o, align_corners=1), TypeError, 'align_corners'),
     (lambda x, o: upsample_add(x, o, backend='tuned'), ValueError, 'backend must be one of'),
-    (lambda x, o: upsample_argmax(x, (0, 4)), ValueError, 'size must be >= 1'),
+    (lambda x, o: upsample_argmax(x, (0, 4)), ValueError, 'size must be greater than zero'),
     (lambda x, o: upsample_argmax(x, 'big'), TypeError, 'size'),
     (lambda x, o: upsample_argmax(x.long(), 8), TypeError, 'dtype'),
     (lambda x, o: upsample_argmax(x, 8, mode='area'), ValueError, 'mode must be one of'),
