@@ -23,6 +23,11 @@ Where a setting comes from, most specific first:
 1. the ``precision=`` argument of an op or module (``'input'`` forces the input dtype);
 2. the innermost active :func:`precision_policy` context (per thread / async task);
 3. the process-wide policy of :func:`set_precision_policy` (defaults above).
+
+Under ``torch.compile`` the policy is read while the graph is traced, and the graph is
+guarded on it: a policy changed later (process-wide or by a context) recompiles on the
+next call. Compiled code sees the contexts of its thread; the per-async-task separation
+of contexts holds in eager code only (dynamo cannot read a ``ContextVar``).
 """
 from __future__ import annotations
 
@@ -126,11 +131,18 @@ _global_lock = threading.Lock()
 _global_policy = DEFAULT_POLICY
 _context_policy: contextvars.ContextVar[Optional[PrecisionPolicy]] = contextvars.ContextVar(
     'mmseg_cann_precision_policy', default=None)
+# the innermost context's policy per thread, kept beside the ContextVar: what compiled code
+# reads (dynamo traces thread-local attributes and guards on them; not ContextVar.get)
+_thread_policy = threading.local()
+_is_compiling = torch.compiler.is_compiling
 
 
 def get_precision_policy() -> PrecisionPolicy:
     """The policy in force here: the innermost context's, else the process-wide one."""
-    policy = _context_policy.get()
+    if _is_compiling():
+        policy = getattr(_thread_policy, 'policy', None)
+    else:
+        policy = _context_policy.get()
     return policy if policy is not None else _global_policy
 
 
@@ -172,10 +184,13 @@ def precision_policy(pool_precision: Optional[Mapping[str, PrecisionLike]] = Non
     """
     policy = get_precision_policy().updated(pool_precision, upsample_precision)
     token = _context_policy.set(policy)
+    outer = getattr(_thread_policy, 'policy', None)
+    _thread_policy.policy = policy
     try:
         yield policy
     finally:
         _context_policy.reset(token)
+        _thread_policy.policy = outer
 
 
 def resolve_compute_dtype(family: str, precision: PrecisionLike,

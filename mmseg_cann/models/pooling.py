@@ -11,11 +11,12 @@ from torch import nn
 
 from ..backends import check_backend
 from ..core import geometry as geo
+from ..core.errors import ArgumentError
+from ..core.precision import normalize_precision, precision_name
 from ..core.validation import check_divisor_override
 from ..ops import direct
 from ..ops.pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
-from ._direct import DirectCallCache
-from ..core.precision import normalize_precision, precision_name
+from ._direct import CANNModule
 
 
 def _extras_repr(module) -> str:
@@ -27,12 +28,23 @@ def _extras_repr(module) -> str:
     return ''.join(', ' + p for p in parts)
 
 
+def _check_forms(check) -> None:
+    """Run an argument check at construction for the argument *forms* (a wrong type, an
+    unknown padding string: TypeError/ValueError). Out-of-range *values* (a zero stride,
+    a zero divisor, padding above half the kernel: :class:`ArgumentError`) are errors
+    when the module runs, as in PyTorch, whose modules check nothing when built."""
+    try:
+        check()
+    except ArgumentError:
+        pass
+
+
 def _check_extras(precision, backend) -> None:
     normalize_precision(precision)
     check_backend(backend)
 
 
-class CANNMaxPool2d(DirectCallCache, nn.MaxPool2d):
+class CANNMaxPool2d(CANNModule, nn.MaxPool2d):
     """``nn.MaxPool2d`` with exact PyTorch semantics on every device.
 
     Args:
@@ -51,32 +63,26 @@ class CANNMaxPool2d(DirectCallCache, nn.MaxPool2d):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
                  return_indices: bool = False, ceil_mode: bool = False, *, precision=None,
                  backend: str = 'auto') -> None:
-        # padding above half the kernel is an error when the module runs, as in PyTorch
-        geo.check_pool_args(kernel_size, stride, padding, dilation, ceil_mode,
-                            check_padding_limit=False)
+        _check_forms(lambda: geo.check_pool_args(kernel_size, stride, padding, dilation,
+                                                 ceil_mode, check_padding_limit=False))
         _check_extras(precision, backend)
         super().__init__(kernel_size, stride, padding, dilation, return_indices, ceil_mode)
         self.precision = precision
         self.backend = backend
 
-    def _build_direct(self, input):
-        return direct.max_pool2d(input, self.kernel_size, self.stride, self.padding,
-                                 self.dilation, self.ceil_mode, self.return_indices,
-                                 self.precision, self.backend)
-
     def forward(self, input: torch.Tensor):
-        out = self._direct(input)
+        args = (self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+                self.return_indices, self.precision, self.backend)
+        out = direct.run_cached(direct.max_pool2d, args, input)  # the op's first step
         if out is not None:
             return out
-        return max_pool2d(input, self.kernel_size, self.stride, self.padding, self.dilation,
-                          self.ceil_mode, self.return_indices, precision=self.precision,
-                          backend=self.backend)
+        return max_pool2d(input, *args[:6], precision=args[6], backend=args[7])
 
     def extra_repr(self) -> str:
         return super().extra_repr() + _extras_repr(self)
 
 
-class CANNAvgPool2d(DirectCallCache, nn.AvgPool2d):
+class CANNAvgPool2d(CANNModule, nn.AvgPool2d):
     """``nn.AvgPool2d`` with exact PyTorch semantics on every device.
 
     Args:
@@ -92,33 +98,28 @@ class CANNAvgPool2d(DirectCallCache, nn.AvgPool2d):
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                  count_include_pad: bool = True, divisor_override=None, *, precision=None,
                  backend: str = 'auto') -> None:
-        geo.check_pool_args(kernel_size, stride, padding, 1, ceil_mode,
-                            check_padding_limit=False)
-        check_divisor_override(divisor_override)
+        _check_forms(lambda: geo.check_pool_args(kernel_size, stride, padding, 1, ceil_mode,
+                                                 check_padding_limit=False))
+        _check_forms(lambda: check_divisor_override(divisor_override))
         _check_extras(precision, backend)
         super().__init__(kernel_size, stride, padding, ceil_mode, count_include_pad,
                          divisor_override)
         self.precision = precision
         self.backend = backend
 
-    def _build_direct(self, input):
-        return direct.avg_pool2d(input, self.kernel_size, self.stride, self.padding,
-                                 self.ceil_mode, self.count_include_pad,
-                                 self.divisor_override, self.precision, self.backend)
-
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        out = self._direct(input)
+        args = (self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                self.count_include_pad, self.divisor_override, self.precision, self.backend)
+        out = direct.run_cached(direct.avg_pool2d, args, input)  # the op's first step
         if out is not None:
             return out
-        return avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                          self.count_include_pad, self.divisor_override,
-                          precision=self.precision, backend=self.backend)
+        return avg_pool2d(input, *args[:6], precision=args[6], backend=args[7])
 
     def extra_repr(self) -> str:
         return super().extra_repr() + _extras_repr(self)
 
 
-class CANNAdaptiveAvgPool2d(DirectCallCache, nn.AdaptiveAvgPool2d):
+class CANNAdaptiveAvgPool2d(CANNModule, nn.AdaptiveAvgPool2d):
     """``nn.AdaptiveAvgPool2d`` with exact PyTorch semantics on every device.
 
     Args:
@@ -136,16 +137,12 @@ class CANNAdaptiveAvgPool2d(DirectCallCache, nn.AdaptiveAvgPool2d):
         self.precision = precision
         self.backend = backend
 
-    def _build_direct(self, input):
-        return direct.adaptive_avg_pool2d(input, self.output_size, self.precision,
-                                          self.backend)
-
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        out = self._direct(input)
+        args = (self.output_size, self.precision, self.backend)
+        out = direct.run_cached(direct.adaptive_avg_pool2d, args, input)  # the op's first step
         if out is not None:
             return out
-        return adaptive_avg_pool2d(input, self.output_size, precision=self.precision,
-                                   backend=self.backend)
+        return adaptive_avg_pool2d(input, args[0], precision=args[1], backend=args[2])
 
     def extra_repr(self) -> str:
         return super().extra_repr() + _extras_repr(self)

@@ -6,13 +6,13 @@ from torch import nn
 
 from ..backends import check_backend
 from ..core import geometry as geo
+from ..core.precision import normalize_precision, precision_name
 from ..ops import direct
 from ..ops.upsample import upsample
-from ._direct import DirectCallCache
-from ..core.precision import normalize_precision, precision_name
+from ._direct import CANNModule
 
 
-class CANNUpsample(DirectCallCache, nn.Upsample):
+class CANNUpsample(CANNModule, nn.Upsample):
     """Upsample layer with PyTorch's exact semantics on every device.
 
     A drop-in for ``nn.Upsample`` (same constructor and attributes; it is a subclass)
@@ -29,7 +29,9 @@ class CANNUpsample(DirectCallCache, nn.Upsample):
             :mod:`mmseg_cann.backends`).
 
     Shape:
-        ``(N, C, H, W)`` -> ``(N, C, H_out, W_out)``.
+        ``(N, C, H, W)`` -> ``(N, C, H_out, W_out)``. Other ranks (``(N, C, W)``,
+        ``(N, C, D, H, W)``) run ``nn.Upsample``'s own call, ``F.interpolate`` with these
+        settings (no precision setting), counted as a fallback.
     """
 
     def __init__(self, size=None, scale_factor=None, mode: str = 'nearest',
@@ -46,18 +48,13 @@ class CANNUpsample(DirectCallCache, nn.Upsample):
         self.precision = precision
         self.backend = backend
 
-    def _build_direct(self, input):
-        return direct.upsample(input, self.size, self.scale_factor, self.mode,
-                               self.align_corners, self.recompute_scale_factor,
-                               self.antialias, self.precision, self.backend)
-
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        out = self._direct(input)
+        args = (self.size, self.scale_factor, self.mode, self.align_corners,
+                self.recompute_scale_factor, self.antialias, self.precision, self.backend)
+        out = direct.run_cached(direct.upsample, args, input)  # the op's first step
         if out is not None:
             return out
-        return upsample(input, self.size, self.scale_factor, self.mode, self.align_corners,
-                        self.recompute_scale_factor, self.antialias,
-                        precision=self.precision, backend=self.backend)
+        return upsample(input, *args[:6], precision=args[6], backend=args[7])
 
     def extra_repr(self) -> str:
         parts = [f'size={self.size}' if self.size is not None

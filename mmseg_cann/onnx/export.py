@@ -77,13 +77,18 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
     backend = atc_backend if target == 'atc' else ops
     with _quiet(), export_mode(backend, opset, target), torch.no_grad(), \
             _unwrapped_errors():
+        # torch.export without dynamo (strict=False), as torch.onnx.export tries first:
+        # the CANN ops' refusals (sizes ONNX cannot express) propagate as they are, where
+        # torch.onnx.export would go on to retry a refused graph with dynamo.
+        # Fresh tensors: torch.export leaves dim markings on the tensors it traced, which
+        # would make a later fixed-shape export of the same tensors symbolic.
+        exported = torch.export.export(model, tuple(t.detach().clone() for t in inputs),
+                                       dynamic_shapes=dynamic_shapes, strict=False)
         program = torch.onnx.export(
-            # fresh tensors: torch.export leaves dim markings on the tensors it traced,
-            # which would make a later fixed-shape export of the same tensors symbolic
-            model, tuple(t.detach().clone() for t in inputs), dynamo=True,
+            exported, (), dynamo=True,
             opset_version=opset,
             custom_translation_table=_custom_translation_table(opset),
-            dynamic_shapes=dynamic_shapes, input_names=list(input_names)[:len(inputs)],
+            input_names=list(input_names)[:len(inputs)],
             output_names=None if output_names is None else list(output_names),
             optimize=True, verbose=False)
     proto = program.model_proto

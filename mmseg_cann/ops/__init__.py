@@ -11,9 +11,17 @@ rules) and ``reference`` (float64 implementations written from the formulas) are
 import sys
 
 from ..core import geometry, reference
+from . import direct
 from .pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from .upsample import upsample
 from .fused import upsample_add, upsample_argmax
+
+# the call cache runs an op's full path on the first call of a key, so it needs the ops
+for _builder, _op in ((direct.max_pool2d, max_pool2d), (direct.avg_pool2d, avg_pool2d),
+                      (direct.adaptive_avg_pool2d, adaptive_avg_pool2d),
+                      (direct.upsample, upsample)):
+    direct.register_op(_builder, _op)
+del _builder, _op
 
 # the same module objects under their historical names (``import mmseg_cann.ops.geometry``)
 sys.modules[__name__ + '.geometry'] = geometry

@@ -9,6 +9,9 @@ model code that called the op), or the ``site`` the caller names.
 * ``fallback_counts()`` -> ``{(op, reason): count}`` summed over sites;
 * ``fallback_sites()`` -> ``{(op, reason, site): count}``;
 * ``reset_fallbacks()`` forgets both (the next fallback of each kind is logged again).
+
+Calls inside a ``torch.compile``'d graph are not counted (the graph runs without
+Python); tracing it records nothing either.
 """
 from __future__ import annotations
 
@@ -24,6 +27,9 @@ import torch
 _lock = threading.Lock()
 _counts: Counter = Counter()
 _site_counts: Counter = Counter()
+#: every fallback ever recorded in this process (never reset): lets a caller tell
+#: whether a call recorded one
+_total = 0
 _logger = logging.getLogger('mmseg_cann')
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SKIP_DIRS = (_PACKAGE_DIR + os.sep,
@@ -45,14 +51,23 @@ def call_site(depth_limit: int = 64) -> str:
 
 def record_fallback(op: str, reason: str, site: Optional[str] = None) -> None:
     """Count one fallback of ``op`` and log ``reason`` the first time at this call site."""
+    global _total
+    if torch.compiler.is_compiling():
+        return
     site = site if site is not None else call_site()
     key = (op, reason, site)
     with _lock:
+        _total += 1
         first = key not in _site_counts
         _site_counts[key] += 1
         _counts[(op, reason)] += 1
     if first:
         _logger.warning('mmseg_cann fallback in %s at %s: %s', op, site, reason)
+
+
+def fallback_total() -> int:
+    """How many fallbacks this process has recorded (:func:`reset_fallbacks` keeps it)."""
+    return _total
 
 
 def fallback_counts() -> Dict[Tuple[str, str], int]:

@@ -118,6 +118,34 @@ def test_context_is_per_thread_and_global_is_shared():
     assert result['p'].avg == F32 and result['p'].max == BF16
 
 
+def test_compiled_code_reads_the_policy_and_recompiles_when_it_changes():
+    """``torch.compile`` traces the policy lookup (no graph break) and guards on it: a
+    process-wide change or a context of the calling thread takes effect in compiled code;
+    another thread's context does not."""
+    from mmseg_cann.core import precision
+
+    def scale(x):
+        return x * (2.0 if precision.get_precision_policy().avg == BF16 else 1.0)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(scale, fullgraph=True, backend='eager')
+    x = torch.ones(2)
+    assert compiled(x).tolist() == [1.0, 1.0]
+    with precision_policy(pool_precision=dict(avg='bf16')):
+        assert compiled(x).tolist() == [2.0, 2.0]
+        with precision_policy(pool_precision=dict(avg='fp32')):
+            assert compiled(x).tolist() == [1.0, 1.0]
+        assert compiled(x).tolist() == [2.0, 2.0]  # the outer context again
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(compiled(x).tolist()))
+        thread.start()
+        thread.join()
+        assert seen == [[1.0, 1.0]]
+    assert compiled(x).tolist() == [1.0, 1.0]
+    set_precision_policy(pool_precision=dict(avg='bf16'))
+    assert compiled(x).tolist() == [2.0, 2.0]
+
+
 # ----------------------------------------------------------------------------------
 # semantics: compute in the chosen dtype, return the input dtype
 # ----------------------------------------------------------------------------------

@@ -57,12 +57,30 @@ def test_modules_pytorch_builds_are_built_and_fail_when_run():
 
 
 def test_converter_keeps_modules_it_cannot_build():
-    model = nn.Sequential(nn.MaxPool2d(0), nn.Upsample(scale_factor=2))
+    """Settings torch builds but fails on when run, in a form the CANN modules refuse
+    (a str kernel) or would read differently (a padding string, ONNX auto_pad for us):
+    kept, so the model still fails as it did."""
+    model = nn.Sequential(nn.MaxPool2d('3'), nn.Upsample(scale_factor=2),
+                          nn.MaxPool2d(3, padding='same'), nn.AvgPool2d(3, padding='valid'))
     convert_model(model, resize=False)
-    assert type(model[0]) is nn.MaxPool2d and isinstance(model[1], CANNUpsample)
-    (path, kind, reason), = model.cann_conversion_report.kept
-    assert (path, kind) == ('0', 'MaxPool2d') and 'kernel_size' in reason
+    assert [type(m) for m in model] == [nn.MaxPool2d, CANNUpsample, nn.MaxPool2d, nn.AvgPool2d]
+    kept = {path: reason for path, _, reason in model.cann_conversion_report.kept}
+    assert set(kept) == {'0', '2', '3'} and 'kernel_size' in kept['0']
+    assert 'auto_pad' in kept['2'] and 'auto_pad' in kept['3']
     assert 'kept' in str(model.cann_conversion_report)
+    for module in model[2:]:
+        with pytest.raises(TypeError):
+            module(X14)
+
+
+def test_converter_converts_pools_whose_values_fail_when_run():
+    """A zero kernel builds in torch and fails when run: converted, it still does."""
+    model = nn.Sequential(nn.MaxPool2d(0), nn.AvgPool2d(2, stride=0))
+    convert_model(model, resize=False)
+    assert isinstance(model[0], CANNMaxPool2d) and isinstance(model[1], CANNAvgPool2d)
+    for module in model:
+        with pytest.raises(RuntimeError):
+            module(X14)
 
 
 def test_lraspp_head_on_a_small_map_raises_runtime_error_after_conversion():
@@ -83,5 +101,10 @@ def test_lraspp_head_on_a_small_map_raises_runtime_error_after_conversion():
 
 
 def test_adaptive_output_size_zero():
+    """PyTorch builds it and its forward returns an empty map (only backward raises)."""
+    x = torch.ones(1, 64, 8, 8)
+    out = CANNAdaptiveAvgPool2d(0)(x)
+    expected = torch.nn.AdaptiveAvgPool2d(0)(x)
+    assert out.shape == expected.shape == (1, 64, 0, 0) and out.dtype == expected.dtype
     with pytest.raises(ValueError):
-        CANNAdaptiveAvgPool2d(0)
+        CANNAdaptiveAvgPool2d(-1)

@@ -79,15 +79,35 @@ def test_padding_strings_in_modules():
     (lambda: CANNUpsample(scale_factor=0), ValueError),
     (lambda: CANNUpsample(size=4, precision='fp64'), ValueError),
     (lambda: CANNUpsample(size=4, backend='compiled'), ValueError),  # not a backend
-    (lambda: CANNMaxPool2d(0), ValueError),
-    (lambda: CANNAvgPool2d(2, divisor_override=0), ValueError),
+    (lambda: CANNMaxPool2d('2'), TypeError),
+    (lambda: CANNAvgPool2d(2, divisor_override=1.5), TypeError),
     (lambda: CANNAvgPool2d(2, padding='full'), ValueError),
-    (lambda: CANNAdaptiveAvgPool2d(0), ValueError),
+    (lambda: CANNAdaptiveAvgPool2d(-1), ValueError),  # 0 is PyTorch's empty output
     (lambda: CANNAdaptiveAvgPool2d('2'), TypeError),
 ])
 def test_constructor_validates(build, exc):
     with pytest.raises(exc):
         build()
+
+
+@pytest.mark.parametrize('name, kwargs', [
+    ('MaxPool2d', dict(kernel_size=2, stride=0)),
+    ('MaxPool2d', dict(kernel_size=0)),
+    ('MaxPool2d', dict(kernel_size=2, padding=2)),
+    ('AvgPool2d', dict(kernel_size=2, stride=0)),
+    ('AvgPool2d', dict(kernel_size=2, divisor_override=0)),
+])
+def test_out_of_range_pool_values_fail_when_run_as_in_pytorch(name, kwargs):
+    """PyTorch builds these modules and raises RuntimeError when they run (its own
+    test_pooling_zero_stride builds one outside assertRaises): ours too."""
+    import mmseg_cann
+    x = make_input((1, 2, 6, 6), torch.float32)
+    torch_module = getattr(torch.nn, name)(**kwargs)
+    ours = getattr(mmseg_cann, f'CANN{name}')(**kwargs)
+    with pytest.raises(RuntimeError):
+        torch_module(x)
+    with pytest.raises(RuntimeError):
+        ours(x)
 
 
 @pytest.mark.parametrize('backend', ['npu', 'tuned'])
