@@ -29,7 +29,9 @@ class CANNOpsHook(Hook):
         upsample_precision: the policy's ``upsample`` entry (None keeps it).
         upsample, pooling, resize: what :func:`mmseg_cann.convert_model` converts.
         fuse_upsample_add, lean_predict: its opt-in fusions (:mod:`mmseg_cann.fusion`).
-        backend: the backend of the CANN modules (``'auto'``, ``'fast'``, ...).
+        backend: the backend of the CANN modules (``'auto'``, ``'fast'``, ...); None
+            (the default) builds new modules with ``'auto'`` and leaves the backend of
+            CANN modules built by the config as it is.
 
     Building the hook allow-lists mmengine's checkpoint contents for
     ``torch.load(weights_only=True)`` (:func:`allow_mmengine_checkpoints`), so the runner
@@ -43,12 +45,13 @@ class CANNOpsHook(Hook):
     def __init__(self, pool_precision: Optional[Mapping[str, PrecisionLike]] = None,
                  upsample_precision: PrecisionLike = None, upsample: bool = True,
                  pooling: bool = True, resize: bool = True, fuse_upsample_add: bool = False,
-                 lean_predict: bool = False, backend: str = 'auto') -> None:
+                 lean_predict: bool = False, backend: Optional[str] = None) -> None:
         from ..core.precision import PrecisionPolicy
         # validate now, so a bad config fails when the hook is built
         PrecisionPolicy().updated(pool_precision, upsample_precision)
-        for op in OPS:
-            check_backend(backend, op)
+        if backend is not None:
+            for op in OPS:
+                check_backend(backend, op)
         self.pool_precision = dict(pool_precision) if pool_precision is not None else None
         self.upsample_precision = upsample_precision
         self.upsample = upsample

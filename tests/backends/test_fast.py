@@ -254,8 +254,8 @@ def test_hook_option():
     pytest.importorskip('mmengine')
     from mmseg_cann.apis.inference import HOOK_DEFAULTS
     from mmseg_cann.engine.hooks import CANNOpsHook
-    assert HOOK_DEFAULTS['backend'] == 'auto'
-    assert CANNOpsHook().backend == 'auto'
+    assert HOOK_DEFAULTS['backend'] is None   # "not given": config-built modules keep theirs
+    assert CANNOpsHook().backend is None
     assert CANNOpsHook(backend='fast').backend == 'fast'
     with pytest.raises(ValueError, match='backend'):
         CANNOpsHook(backend='nope')

@@ -31,6 +31,31 @@ def test_registered_and_validates():
         CANNOpsHook(pool_precision='fp16')
 
 
+def test_config_built_cann_modules_keep_their_settings(tmp_path):
+    """A model whose config builds CANN modules with their own backend/precision keeps
+    them through the hook's conversion; a backend given to the hook applies to all."""
+    from types import SimpleNamespace
+
+    from mmengine.logging import MMLogger
+    from torch import nn
+
+    from mmseg_cann import CANNMaxPool2d
+
+    def runner():
+        model = nn.Sequential(CANNMaxPool2d(2, backend='native', precision='fp16'),
+                              nn.AvgPool2d(2))
+        return SimpleNamespace(model=model, logger=MMLogger.get_instance('hook-test'))
+
+    kept = runner()
+    CANNOpsHook(resize=False).before_run(kept)
+    assert (kept.model[0].backend, kept.model[0].precision) == ('native', 'fp16')
+    assert kept.model[1].backend == 'auto'
+    given = runner()
+    CANNOpsHook(resize=False, backend='fast').before_run(given)
+    assert [m.backend for m in given.model] == ['fast', 'fast']
+    assert given.model[0].precision == 'fp16'
+
+
 @pytest.mark.parametrize('mode', ['val', 'test'])
 def test_converts_before_validation_and_testing(mode, tmp_path, monkeypatch):
     from mmengine.runner import Runner
