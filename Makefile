@@ -33,9 +33,10 @@ $(STAMP): setup.py requirements/build.txt requirements/runtime.txt requirements/
 	$(PIP) install -q -r requirements/runtime.txt
 	$(PIP) install -q --no-build-isolation --no-deps -e .
 	$(PIP) install -q -r requirements/tests.txt
-	# 4. lift setuptools to what torch declares, so `pip check` is clean (<81: still
-	#    ships pkg_resources, which mmengine and openmim import).
-	$(PIP) install -q "setuptools>=77.0.3,<81"
+	# 4. lift setuptools to what torch declares, so `pip check` is clean (<80: its
+	#    pkg_resources, which mmengine imports, warns only as a DeprecationWarning; 80+
+	#    prints a UserWarning in every tool run).
+	$(PIP) install -q "setuptools>=77.0.3,<80"
 	$(PY) -m pip check
 	$(PY) -c "import mmcv.ops, mmseg, mmseg_cann; print('environment ready:', mmseg_cann.__version__)"
 	@touch $@

@@ -250,29 +250,49 @@ def _lean_predict(self, inputs, data_samples=None):
     return samples
 
 
+def _slide_windows(size: int, crop: int, stride: int):
+    """``EncoderDecoder.slide_inference``'s ``(start, end)`` windows along one side."""
+    grids = max(size - crop + stride - 1, 0) // stride + 1
+    windows = []
+    for i in range(grids):
+        end = min(i * stride + crop, size)
+        windows.append((max(end - crop, 0), end))
+    return windows
+
+
 def _slide_logits(self, inputs: torch.Tensor, metas) -> torch.Tensor:
     """``EncoderDecoder.slide_inference`` accumulating in place: each crop's logits are
     added into their window of one full-size tensor (mmseg pads every crop's logits to
-    the full size first), then divided in place by the window counts. Same values."""
+    the full size first), then divided in place by the window counts. Same values.
+
+    Raises:
+        AssertionError: the windows leave pixels uncovered (a stride larger than the
+            crop), as mmseg's ``slide_inference`` asserts -- here before any window runs.
+    """
     h_stride, w_stride = self.test_cfg.stride
     h_crop, w_crop = self.test_cfg.crop_size
     batch_size, _, h_img, w_img = inputs.size()
-    h_grids = max(h_img - h_crop + h_stride - 1, 0) // h_stride + 1
-    w_grids = max(w_img - w_crop + w_stride - 1, 0) // w_stride + 1
+    rows = _slide_windows(h_img, h_crop, h_stride)
+    cols = _slide_windows(w_img, w_crop, w_stride)
+    for side, windows, size in (('rows', rows, h_img), ('columns', cols, w_img)):
+        reach = 0  # the windows are ordered: a gap is a start beyond all ends before it
+        for start, end in windows:
+            if start > reach:
+                break
+            reach = max(reach, end)
+        if reach < size:
+            raise AssertionError(
+                f'slide inference leaves {side} without a window: test_cfg crop_size '
+                f'{tuple(self.test_cfg.crop_size)} with stride {tuple(self.test_cfg.stride)} '
+                f'on a {h_img}x{w_img} input (mmseg asserts this too; use a stride <= the crop)')
     preds = inputs.new_zeros((batch_size, self.out_channels, h_img, w_img))
     count_mat = inputs.new_zeros((batch_size, 1, h_img, w_img))
-    for h_idx in range(h_grids):
-        for w_idx in range(w_grids):
-            y1, x1 = h_idx * h_stride, w_idx * w_stride
-            y2, x2 = min(y1 + h_crop, h_img), min(x1 + w_crop, w_img)
-            y1, x1 = max(y2 - h_crop, 0), max(x2 - w_crop, 0)
+    for y1, y2 in rows:
+        for x1, x2 in cols:
             crop_img = inputs[:, :, y1:y2, x1:x2]
             metas[0]['img_shape'] = crop_img.shape[2:]  # as mmseg does
             preds[:, :, y1:y2, x1:x2] += self.encode_decode(crop_img, metas)
             count_mat[:, :, y1:y2, x1:x2] += 1
-    if bool((count_mat == 0).any()):
-        raise RuntimeError('slide inference left pixels without a window: check '
-                           'test_cfg crop_size and stride')
     return preds.div_(count_mat)
 
 

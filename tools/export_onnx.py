@@ -114,13 +114,15 @@ def build_model(config: str, checkpoint=None, cfg_options=None):
     sync_bn_to_bn(cfg.model)  # SyncBN has no single-process CPU forward
     if not checkpoint:
         _no_pretrained(cfg.model)
+        # seeded before the build: constructors initialise the layers that mmseg's
+        # init_weights leaves alone, so every process builds the same weights
+        torch.manual_seed(0)
     model = MODELS.build(cfg.model)
     if checkpoint:
         from mmengine.runner import load_checkpoint
         load_checkpoint(model, checkpoint, map_location='cpu')
     else:
-        # mmseg's own initialisation (seeded): realistic activations for --verify
-        torch.manual_seed(0)
+        # mmseg's own initialisation: realistic activations for --verify
         _quiet_init(model)
     model.eval()
     mmseg_cann.convert_model(model)

@@ -32,8 +32,10 @@ model = dict(
     backbone=dict(base_channels=16),
     decode_head=dict(in_channels=16, channels=16),
     auxiliary_head=dict(in_channels=32, channels=16),
-    # the fundus images are 96x96: UNet-S5-D16 needs sides divisible by 16 -> pad to 96
-    data_preprocessor=dict(size=None, size_divisor=16),
+    # UNet-S5-D16 needs sides divisible by 16: training crops and test images are padded
+    # to a multiple of 16 (bottom/right; the padding is cropped off the predictions), so
+    # whole-image inference takes any image size (the fundus images are 96x96)
+    data_preprocessor=dict(size=None, size_divisor=16, test_cfg=dict(size_divisor=16)),
     test_cfg=dict(mode='whole'))
 val_evaluator = dict(type='IoUMetric', iou_metrics=['mIoU', 'mDice'])
 test_evaluator = val_evaluator

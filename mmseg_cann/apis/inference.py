@@ -24,7 +24,7 @@ from ..engine.checkpoint import allow_mmengine_checkpoints
 #: CANNOpsHook's keyword arguments and their defaults (what the hook converts with)
 HOOK_DEFAULTS = dict(pool_precision=None, upsample_precision=None, upsample=True,
                      pooling=True, resize=True, fuse_upsample_add=False, lean_predict=False,
-                     backend='auto')
+                     backend=None)
 
 
 def cann_settings(cfg) -> dict:

@@ -82,8 +82,7 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
         # torch.onnx.export would go on to retry a refused graph with dynamo.
         # Fresh tensors: torch.export leaves dim markings on the tensors it traced, which
         # would make a later fixed-shape export of the same tensors symbolic.
-        exported = torch.export.export(model, tuple(t.detach().clone() for t in inputs),
-                                       dynamic_shapes=dynamic_shapes, strict=False)
+        exported = _capture(model, tuple(t.detach().clone() for t in inputs), dynamic_shapes)
         program = torch.onnx.export(
             exported, (), dynamo=True,
             opset_version=opset,
@@ -100,6 +99,23 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
     if path is not None:
         onnx.save(proto, os.fspath(path))
     return proto
+
+
+def _capture(model: torch.nn.Module, args: tuple, dynamic_shapes):
+    """``torch.export.export(strict=False)`` as ``torch.onnx.export`` runs it: size-0/1
+    dims may stay dynamic (``backed_size_oblivious``), and the shapes are refined once from
+    the exporter's suggested fixes when it asks for that."""
+    with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+        try:
+            return torch.export.export(model, args, dynamic_shapes=dynamic_shapes,
+                                       strict=False)
+        except torch._dynamo.exc.UserError as exc:
+            try:
+                refined = torch.export.dynamic_shapes.refine_dynamic_shapes_from_suggested_fixes(
+                    exc.msg, dynamic_shapes)
+            except Exception:  # noqa: BLE001 - nothing to refine: the exporter's error
+                raise exc from None
+            return torch.export.export(model, args, dynamic_shapes=refined, strict=False)
 
 
 def _per_argument(model: torch.nn.Module, specs: List[dict]) -> tuple:

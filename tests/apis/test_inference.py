@@ -104,3 +104,47 @@ def test_hook_settings_of_the_config_are_applied():
     bad.custom_hooks = [dict(type='CANNOpsHook', pool_precisoin=dict(max='fp16'))]
     with pytest.raises(ValueError, match='pool_precisoin'):
         cann_settings(bad)
+
+
+def _rng_image(h, w, seed):
+    return (np.random.RandomState(seed).rand(h, w, 3) * 255).astype(np.uint8)
+
+
+@pytest.mark.slow
+def test_demo_config_takes_any_image_size_in_whole_mode(checkpoint):
+    """The demo config pads test images to a multiple of 16 (``size_divisor`` in the
+    data preprocessor's ``test_cfg``), as mmseg does: labels equal mmseg's own APIs on
+    non-square sides that are no multiple of 16 (UNet asserts divisibility)."""
+    from mmseg.apis import inference_model as mmseg_inference_model
+    ours = init_model(DEMO, checkpoint, 'cpu')
+    assert ours.cfg.model.test_cfg.mode == 'whole'
+    theirs = _mmseg_model(checkpoint, 'whole')
+    for i, (h, w) in enumerate([(100, 80), (131, 50), (37, 203)]):
+        image = _rng_image(h, w, i)
+        got, want = inference_model(ours, image), mmseg_inference_model(theirs, image)
+        assert got.pred_sem_seg.data.shape == (1, h, w)
+        assert torch.equal(got.pred_sem_seg.data, want.pred_sem_seg.data)
+
+
+def test_lean_slide_with_gaps_raises_mmseg_assertion(checkpoint):
+    """Windows that leave pixels uncovered (stride > crop): mmseg's ``slide_inference``
+    raises AssertionError; the lean path raises the same type (before any window)."""
+    from mmseg.apis import inference_model as mmseg_inference_model
+    options = {'model.test_cfg.mode': 'slide', 'model.test_cfg.crop_size': (32, 32),
+               'model.test_cfg.stride': (48, 48)}
+    image = _rng_image(96, 96, 0)
+    theirs = _mmseg_model(checkpoint, 'slide')
+    theirs.test_cfg.crop_size, theirs.test_cfg.stride = (32, 32), (48, 48)
+    with pytest.raises(AssertionError):
+        mmseg_inference_model(theirs, image)
+    ours = init_model(DEMO, checkpoint, 'cpu', cfg_options=options)
+    assert is_lean(ours)
+    with pytest.raises(AssertionError, match='crop_size'):
+        inference_model(ours, image)
+    ours.test_cfg.stride = (32, 48)  # rows covered, columns not
+    with pytest.raises(AssertionError, match='columns'):
+        inference_model(ours, image)
+    ours.test_cfg.stride = (32, 32)  # covered: labels as mmseg's
+    theirs.test_cfg.stride = (32, 32)
+    assert torch.equal(inference_model(ours, image).pred_sem_seg.data,
+                       mmseg_inference_model(theirs, image).pred_sem_seg.data)

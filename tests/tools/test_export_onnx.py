@@ -262,3 +262,30 @@ def test_gears_without_a_target_for_them_exit_2(tmp_path):
     result = run_python(['tools/export_onnx.py', SHIPPED_UNET, '--shape', '64', '64',
                          '--out', str(tmp_path / 'u.onnx'), '--gears', '64,64'], timeout=300)
     assert result.returncode == 2 and '--gears needs --dynamic' in result.stderr
+
+
+#: prints a digest of every tensor the tool builds without a checkpoint
+_BUILD_DIGEST = '''
+import hashlib, sys
+sys.path.insert(0, 'tools')
+from mmengine.config import DictAction
+from export_onnx import build_model
+options = dict(o.split('=', 1) for o in sys.argv[2:])
+options = {k: DictAction._parse_iterable(v) for k, v in options.items()}
+for name, t in build_model(sys.argv[1], None, options).state_dict().items():
+    print('digest', name, hashlib.sha256(t.detach().contiguous().numpy().tobytes()).hexdigest())
+'''
+
+
+@pytest.mark.slow
+def test_weights_without_checkpoint_equal_in_every_process():
+    """Without CHECKPOINT the tool seeds before the model is built: two processes build
+    the same weights (the layers mmseg's init_weights leaves to their constructors too)."""
+    args = ['-c', _BUILD_DIGEST, SHIPPED_PSPNET] + PSP_R18[1:]
+    runs = [run_python(args, timeout=300) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stdout + r.stderr
+    first, second = (dict(line.split()[1:] for line in r.stdout.splitlines()
+                          if line.startswith('digest ')) for r in runs)
+    assert len(first) > 100 and first.keys() == second.keys()
+    assert [k for k in first if first[k] != second[k]] == []
