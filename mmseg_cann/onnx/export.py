@@ -151,8 +151,9 @@ def _check_dynamic(proto, exported_program=None) -> None:
     other code in a model can still force a value (an ``int()`` of a size, a branch on
     it); torch.export then specialises that dimension to the example input -- either
     as a fixed ONNX dim, or (``Dim.AUTO``) as a symbol whose range is the one traced
-    value, which the ONNX graph would not show -- and the graph, valid for that size
-    only, is rejected rather than passed off as dynamic.
+    value, which the ONNX graph would not show; or a dim named by the value, such as
+    ``'10'``, when an exported program is converted -- and the graph, valid for that
+    size only, is rejected rather than passed off as dynamic.
     """
     pinned = _pinned_input_dims(exported_program)
     for k, value in enumerate(proto.graph.input):
@@ -160,7 +161,8 @@ def _check_dynamic(proto, exported_program=None) -> None:
         if len(dims) != 4:
             continue
         fixed = [name for axis, name in ((0, 'batch'), (2, 'height'), (3, 'width'))
-                 if dims[axis].HasField('dim_value') or (k, axis) in pinned]
+                 if dims[axis].HasField('dim_value') or dims[axis].dim_param.isdigit()
+                 or (k, axis) in pinned]
         if fixed:
             raise ValueError(
                 f'dynamic=True: input {value.name!r} came out with fixed '
