@@ -16,10 +16,12 @@ Usage::
     python tools/benchmark.py [--device cpu|cuda|npu] [--cases all|smoke|NAME ...]
                               [--repeats 5] [--no-compile] [--json OUT]
 
-The ``infer_*`` cases run mmseg's whole-model prediction, plain and converted with the
-lean prediction path: Fast-SCNN (a 19-class Cityscapes model) on one 1024x2048 image in
-``whole`` mode, and UNet-S5-D16 (16 base channels) on one HRF-size 2336x3504 image in
-``slide`` mode (one timed call each). ``train_step_demo_unet`` times the demo's
+The ``infer_*`` cases run mmseg's whole-model prediction with the model built through
+the public API, ``mmseg.apis.init_model`` against ``mmseg_cann.apis.init_model``
+(converted, lean prediction path; on CPU both revert SyncBN as mmseg's inferencer does):
+Fast-SCNN (a 19-class Cityscapes model) on one 1024x2048 image in ``whole`` mode, and
+UNet-S5-D16 (16 base channels) on one HRF-size 2336x3504 image in ``slide`` mode (one
+timed call each). ``train_step_demo_unet`` times the demo's
 training iteration (``make demo``'s model, batch 4 of 64x64) unconverted and converted
 with ``backend='auto'`` and ``'fast'``.
 """
@@ -255,18 +257,53 @@ def _build_segmentor(base: str, overrides: Callable[[object], None]):
     return model.eval()
 
 
+def _api_segmentors(base: str, overrides: Callable[[object], None], device: torch.device):
+    """The public API path: ``mmseg.apis.init_model`` (SyncBN reverted to mmengine's
+    ``_BatchNormXd`` on CPU, as ``MMSegInferencer`` does) and ``mmseg_cann.apis.init_model``
+    (the same, converted with the config's settings and the lean prediction path), both
+    from ``mmseg::`` config ``base`` with ``overrides(cfg)`` applied. No checkpoint: both
+    start from the same seeded initialisation. ``resize`` routing, which the conversion
+    turns on for the whole process, is left off here (the converted case turns it on
+    around its own calls, so mmseg's baseline runs mmseg's code)."""
+    import tempfile
+
+    from mmengine.config import Config
+    from mmengine.model import revert_sync_batchnorm
+    from mmseg.apis import init_model as mmseg_init_model
+
+    from mmseg_cann.apis import init_model
+
+    def config():
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, 'cfg.py')
+            with open(path, 'w') as f:
+                f.write(f"_base_ = '{base}'\n")
+            cfg = Config.fromfile(path)
+        overrides(cfg)
+        return cfg
+    torch.manual_seed(0)
+    plain = mmseg_init_model(config(), device=str(device))
+    if device.type == 'cpu':
+        plain = revert_sync_batchnorm(plain)
+    was_routed = mmseg_cann.convert.resize_routed()
+    torch.manual_seed(0)
+    ours = init_model(config(), device=str(device))
+    if not was_routed:
+        mmseg_cann.convert.restore_resize()
+    return plain.eval(), ours
+
+
 def _inference_case(name, base, hw, overrides=lambda cfg: None):
     """mmseg's ``predict`` on one ``hw`` image (labels and what mmseg keeps with them),
-    plain vs converted with the lean prediction path (mmseg_cann.apis' default). Peak
-    memory here includes what the returned samples hold (mmseg keeps full-resolution
-    ``seg_logits``; the lean path does not)."""
+    the model built by ``mmseg.apis.init_model`` vs by ``mmseg_cann.apis.init_model``
+    (converted, lean prediction path: what the public API gives). Peak memory here
+    includes what the returned samples hold (mmseg keeps full-resolution ``seg_logits``;
+    the lean path does not)."""
     state = {}
 
     def make(d):
         from mmseg.structures import SegDataSample
-        model = _build_segmentor(base, overrides).to(d)
-        converted = mmseg_cann.convert_model(copy.deepcopy(model), resize=False,
-                                             lean_predict=True)
+        model, converted = _api_segmentors(base, overrides, d)
         meta = dict(ori_shape=hw, img_shape=hw, pad_shape=hw, padding_size=[0, 0, 0, 0])
         state.update(model=model, converted=converted, meta=meta, sample=SegDataSample)
         return (_rand((1, 3) + hw, torch.float32, d),)
@@ -280,7 +317,8 @@ def _inference_case(name, base, hw, overrides=lambda cfg: None):
         with mmseg_cann.convert.routed_resize():
             return predict(state['converted'], x)
     return Case(name, make, lambda x: predict(state['model'], x),
-                {'mmseg_cann converted, lean predict': converted}, compile=False, repeats=1)
+                {'mmseg_cann.apis.init_model, lean predict': converted}, compile=False,
+                repeats=1)
 
 
 DEMO_CONFIG = 'configs/medical/unet-s5-d16_fcn_cann_1xb4-300iter_synthetic-drive-64x64.py'
