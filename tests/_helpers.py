@@ -233,3 +233,39 @@ def seg_batch(model, shape=(2, 3, 64, 128), num_classes=19, seed=0):
                                  pad_shape=shape[2:]))
         samples.append(sample)
     return x, samples
+
+
+def outcome(call):
+    """``(result, None)`` or ``(None, exception)`` of ``call()``."""
+    try:
+        return call(), None
+    except Exception as exc:  # noqa: BLE001 - compared with PyTorch's
+        return None, exc
+
+
+def same_tensors(expected, got) -> bool:
+    """Same dtypes, shapes and values (NaN where PyTorch has NaN) of a tensor or a tuple."""
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    got = got if isinstance(got, tuple) else (got,)
+    return len(expected) == len(got) and all(
+        a.dtype == b.dtype and a.shape == b.shape and (
+            torch.equal(a, b) or (a.is_floating_point()
+                                  and torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0))))
+        for a, b in zip(expected, got))
+
+
+def compare_with_torch(torch_call, our_call, label, problems):
+    """Run both calls; append a line to ``problems`` unless both return the same tensors
+    or ours raises an instance of PyTorch's exception type. Returns PyTorch's result
+    (None if it raised)."""
+    expected, torch_error = outcome(torch_call)
+    got, our_error = outcome(our_call)
+    if torch_error is not None:
+        if not isinstance(our_error, type(torch_error)):
+            problems.append(f'{label}: PyTorch raises {type(torch_error).__name__}, ours '
+                            f'{"returns" if our_error is None else repr(our_error)}')
+    elif our_error is not None:
+        problems.append(f'{label}: PyTorch returns, ours raises {our_error!r}')
+    elif not same_tensors(expected, got):
+        problems.append(f'{label}: values or indices differ from PyTorch')
+    return expected

@@ -11,6 +11,8 @@ from torch import nn
 from mmseg_cann import ops
 from mmseg_cann.models import CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d, CANNUpsample
 
+from tests._helpers import compare_with_torch
+
 SHAPES = (list(itertools.product((0, 2), (0, 3), (0, 5), (0, 6)))
           + list(itertools.product((0, 3), (0, 5), (0, 6)))
           + [(5,), (0, 5), (5, 0), (4, 5), (2, 3, 4, 5, 6), (0, 3, 4, 5, 6)])
@@ -42,20 +44,6 @@ for _kw in UPSAMPLES:
         CANNUpsample(**_kw), nn.Upsample(**_kw))
 
 
-def _outcome(call, x):
-    try:
-        return call(x), None
-    except Exception as exc:  # noqa: BLE001 - compared with PyTorch's
-        return None, exc
-
-
-def _same(a, b) -> bool:
-    a = a if isinstance(a, tuple) else (a,)
-    b = b if isinstance(b, tuple) else (b,)
-    return all(x.shape == y.shape and x.dtype == y.dtype
-               and torch.equal(x.nan_to_num(7.0), y.nan_to_num(7.0)) for x, y in zip(a, b))
-
-
 @pytest.mark.parametrize('name', list(CASES))
 def test_empty_and_odd_shapes_as_pytorch(name):
     torch_call, our_call, our_module, torch_module = CASES[name]
@@ -64,16 +52,8 @@ def test_empty_and_odd_shapes_as_pytorch(name):
         x = torch.randn(shape, generator=torch.Generator().manual_seed(len(shape)))
         for label, call, reference in (('op', our_call, torch_call),
                                        ('module', our_module, torch_module)):
-            expected, error = _outcome(reference, x)
-            got, our_error = _outcome(call, x)
-            if error is not None:
-                if not isinstance(our_error, type(error)):
-                    problems.append(f'{label} {shape}: PyTorch raises {type(error).__name__}, '
-                                    f'ours {"returns" if our_error is None else repr(our_error)}')
-            elif our_error is not None:
-                problems.append(f'{label} {shape}: PyTorch returns, ours raises {our_error!r}')
-            elif not _same(expected, got):
-                problems.append(f'{label} {shape}: result differs')
+            compare_with_torch(lambda: reference(x), lambda: call(x), f'{label} {shape}',
+                               problems)
     assert not problems, problems
 
 

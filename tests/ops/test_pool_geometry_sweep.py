@@ -17,6 +17,8 @@ from mmseg_cann import ops
 from mmseg_cann.backends import numba_ops
 from mmseg_cann.models import CANNAvgPool2d, CANNMaxPool2d
 
+from tests._helpers import compare_with_torch, outcome, same_tensors
+
 SIZES = range(1, 7)
 #: (H, W) pairs of the backend sweeps: every size on each axis once (the axes are
 #: computed independently; the ops tests take all 36 pairs)
@@ -42,37 +44,6 @@ def _input(h: int, w: int) -> torch.Tensor:
     return torch.randint(-3, 4, (1, 2, h, w), generator=gen).float()
 
 
-def _outcome(call):
-    try:
-        return call(), None
-    except Exception as exc:  # noqa: BLE001 - compared with PyTorch's
-        return None, exc
-
-
-def _same(expected, got) -> bool:
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    got = got if isinstance(got, tuple) else (got,)
-    return len(expected) == len(got) and all(
-        a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-        for a, b in zip(expected, got))
-
-
-def _compare(torch_call, our_call, label, problems):
-    """Run both; record a problem unless both return the same tensors or ours raises an
-    instance of PyTorch's exception type. Returns PyTorch's result (None if it raised)."""
-    expected, torch_error = _outcome(torch_call)
-    got, our_error = _outcome(our_call)
-    if torch_error is not None:
-        if not isinstance(our_error, type(torch_error)):
-            problems.append(f'{label}: PyTorch raises {type(torch_error).__name__}, ours '
-                            f'{"returns" if our_error is None else repr(our_error)}')
-    elif our_error is not None:
-        problems.append(f'{label}: PyTorch returns, ours raises {our_error!r}')
-    elif not _same(expected, got):
-        problems.append(f'{label}: values or indices differ from PyTorch')
-    return expected
-
-
 def _max_cases(pairs=tuple(itertools.product(SIZES, SIZES))):
     for (h, w), (k, s, p, d, ceil) in itertools.product(pairs, MAX_GEOMETRIES):
         yield h, w, k, s, p, d, ceil
@@ -94,9 +65,9 @@ def test_max_pool2d_accepts_and_rejects_as_pytorch():
     for h, w, k, s, p, d, ceil in _max_cases():
         x = _input(h, w)
         label = f'max_pool2d {h}x{w} k={k} s={s} p={p} d={d} ceil={ceil}'
-        expected = _compare(lambda: F.max_pool2d(x, k, s, p, d, ceil, True),
+        expected = compare_with_torch(lambda: F.max_pool2d(x, k, s, p, d, ceil, True),
                             lambda: ops.max_pool2d(x, k, s, p, d, ceil, True), label, problems)
-        _compare(lambda: nn.MaxPool2d(k, s, p, d, True, ceil)(x),
+        compare_with_torch(lambda: nn.MaxPool2d(k, s, p, d, True, ceil)(x),
                  lambda: CANNMaxPool2d(k, s, p, d, True, ceil)(x), f'module {label}', problems)
         accepted += expected is not None
     assert not problems, f'{len(problems)} mismatches, e.g. {problems[:5]}'
@@ -108,9 +79,9 @@ def test_avg_pool2d_accepts_and_rejects_as_pytorch():
     for h, w, k, s, p, ceil, cip in _avg_cases():
         x = _input(h, w)
         label = f'avg_pool2d {h}x{w} k={k} s={s} p={p} ceil={ceil} count_include_pad={cip}'
-        expected = _compare(lambda: F.avg_pool2d(x, k, s, p, ceil, cip),
+        expected = compare_with_torch(lambda: F.avg_pool2d(x, k, s, p, ceil, cip),
                             lambda: ops.avg_pool2d(x, k, s, p, ceil, cip), label, problems)
-        _compare(lambda: nn.AvgPool2d(k, s, p, ceil, cip)(x),
+        compare_with_torch(lambda: nn.AvgPool2d(k, s, p, ceil, cip)(x),
                  lambda: CANNAvgPool2d(k, s, p, ceil, cip)(x), f'module {label}', problems)
         accepted += expected is not None
     assert not problems, f'{len(problems)} mismatches, e.g. {problems[:5]}'
@@ -155,11 +126,11 @@ def test_backends_on_every_accepted_max_geometry(backend):
         if not _in_sweep(backend, h, w, k, p, d):
             continue
         x = _input(h, w)
-        expected, error = _outcome(lambda: F.max_pool2d(x, k, s, p, d, ceil, indices))
+        expected, error = outcome(lambda: F.max_pool2d(x, k, s, p, d, ceil, indices))
         if error is not None:
             continue
         got = ops.max_pool2d(x, k, s, p, d, ceil, indices, backend=backend)
-        if not _same(expected, got):
+        if not same_tensors(expected, got):
             problems.append(f'{h}x{w} k={k} s={s} p={p} d={d} ceil={ceil}')
     assert not problems, f'{len(problems)} geometries differ, e.g. {problems[:5]}'
 
@@ -175,12 +146,12 @@ def test_backends_on_every_accepted_avg_geometry(backend):
         if not _in_sweep(backend, h, w, k, p, 1):
             continue
         x = _input(h, w)
-        expected, error = _outcome(lambda: F.avg_pool2d(x, k, s, p, ceil, cip))
+        expected, error = outcome(lambda: F.avg_pool2d(x, k, s, p, ceil, cip))
         if error is not None:
             continue
         got = ops.avg_pool2d(x, k, s, p, ceil, cip, backend=backend)
         same = (torch.allclose(got, expected, rtol=1e-6, atol=1e-6) if backend == 'portable'
-                else _same(expected, got))
+                else same_tensors(expected, got))
         if not same or got.shape != expected.shape:
             problems.append(f'{h}x{w} k={k} s={s} p={p} ceil={ceil} count_include_pad={cip}')
     assert not problems, f'{len(problems)} geometries differ, e.g. {problems[:5]}'
