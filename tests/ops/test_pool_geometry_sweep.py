@@ -89,7 +89,7 @@ def test_avg_pool2d_accepts_and_rejects_as_pytorch():
 
 
 def test_ceil_mode_window_past_the_input_is_accepted():
-    """The issue's example: the last ceil-mode window starts inside the input and runs
+    """A user's report: the last ceil-mode window starts inside the input and runs
     past it (PyTorch keeps it)."""
     x = torch.randn(1, 1, 1, 5)
     expected = nn.MaxPool2d(2, 2, ceil_mode=True)(x)
