@@ -44,8 +44,38 @@ $(STAMP): setup.py requirements/build.txt requirements/runtime.txt requirements/
 demo: env
 	$(PY) tools/demo.py
 
-test: env
+test: env .venv-ascend/.mmseg-cann-ascend-installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean-env:
 	rm -rf $(VENV)
+
+# ---- .venv-ascend: the triton-ascend compile check (tools/ascend_check.py) -------------
+# triton-ascend replaces the `triton` module, so it gets its own virtualenv, made on first
+# use (torch from local disk, the 54 MB triton-ascend wheel from PyPI). If it cannot be
+# made, the pip error's tail goes to install-failed.txt and the check's test skips with
+# it: `make test` never fails for that. `make clean-env-ascend` to try again.
+ASCEND_VENV  := .venv-ascend
+ASCEND_STAMP := $(ASCEND_VENV)/.mmseg-cann-ascend-installed
+ASCEND_FAIL  := $(ASCEND_VENV)/install-failed.txt
+
+.PHONY: env-ascend clean-env-ascend
+
+env-ascend: $(ASCEND_STAMP)
+
+$(ASCEND_STAMP): requirements/ascend.txt
+	@mkdir -p $(ASCEND_VENV) && rm -f $(ASCEND_FAIL)
+	@echo "making $(ASCEND_VENV) (triton-ascend, for tools/ascend_check.py)"
+	@{ { test -x $(ASCEND_VENV)/bin/python || $(PYTHON) -m venv $(ASCEND_VENV); } \
+	   && $(ASCEND_VENV)/bin/python -m pip install -q -r requirements/ascend.txt \
+	   && $(ASCEND_VENV)/bin/python -c "import torch, triton, triton.backends.ascend; \
+	      print('triton-ascend environment ready: triton', triton.__version__)"; \
+	 } > $(ASCEND_VENV)/install.log 2>&1 \
+	 && tail -n 1 $(ASCEND_VENV)/install.log \
+	 || { echo "exit status $$?" >> $(ASCEND_VENV)/install.log; \
+	      tail -n 20 $(ASCEND_VENV)/install.log > $(ASCEND_FAIL); \
+	      echo "$(ASCEND_VENV) not made (the triton-ascend check will skip): $(ASCEND_FAIL)"; }
+	@touch $@
+
+clean-env-ascend:
+	rm -rf $(ASCEND_VENV)

@@ -48,6 +48,21 @@ def block_offsets(pid, it, nprog, BLOCK: tl.constexpr, INT64: tl.constexpr):
 
 
 @triton.jit
+def row_tile(pid, it, nprog, W, BLOCK: tl.constexpr, INT64: tl.constexpr):
+    """``(row, x0)`` of tile ``it * nprog + pid`` of a row launch: ``cdiv(W, BLOCK)``
+    tiles of ``BLOCK`` columns per row of ``W``; ``row`` is int64 when ``INT64``.
+    Column indices ``x0 + tl.arange(0, BLOCK)`` are affine, so loads and stores along a
+    row are block accesses (no per-element address computation)."""
+    ntiles = tl.cdiv(W, BLOCK)
+    tile = it * nprog + pid
+    row = tile // ntiles
+    x0 = (tile - row * ntiles) * BLOCK
+    if INT64:
+        row = row.to(tl.int64)
+    return row, x0
+
+
+@triton.jit
 def decompose(e, C, H, W, CL: tl.constexpr):
     """``(n, c, y, x)`` of flat index ``e`` in NCHW order, or NHWC order when ``CL``."""
     if CL:
@@ -134,25 +149,38 @@ class Plan:
 
 
 def plan_launch(total: int, config: Config, props: DeviceProps, max_offset: int = 0,
-                inner: int = 1, index_limit: int = INT32_LIMIT) -> Plan:
+                inner: int = 1, index_limit: int = INT32_LIMIT, row: int = 0) -> Plan:
     """The launch of ``total`` work items with ``config`` on a device like ``props``.
 
     ``inner``: the constexpr inner width of a tile kernel (a program then covers
     ``config.block // inner`` items); ``max_offset``: the largest element offset of any
-    tensor argument (:func:`max_offset`).
+    tensor argument (:func:`max_offset`); ``row``: a row launch (:func:`row_tile`): the
+    items are rows of ``row`` columns, each covered by tiles of ``block`` columns
+    (``block`` at most the next power of two of ``row``, and at least 16).
     """
-    if total < 0 or inner < 1:
-        raise ValueError(f'total must be >= 0 and inner >= 1, got {total} and {inner}')
+    if total < 0 or inner < 1 or row < 0 or (row and total % row):
+        raise ValueError(f'total must be >= 0 (a multiple of row), inner >= 1 and row >= 0, '
+                         f'got {total}, {inner} and {row}')
     block = max(1, config.block // inner)
+    if row:
+        block = min(block, max(16, triton.next_power_of_2(row)))
+        tiles = total // row * triton.cdiv(row, block)
+        nprog = max(1, min(tiles, _grid_cap(props)))
+        iters = triton.cdiv(tiles, nprog)
+        covered = triton.cdiv(nprog * iters, triton.cdiv(row, block)) * row
+        int64 = needs_int64(covered, max_offset, index_limit)
+        return Plan((nprog,), nprog, iters, block, config.num_warps, int64)
     programs = max(1, triton.cdiv(total, block))
-    if props.kind in ('cuda', 'hip'):
-        cap = props.max_grid  # cover the work: no loop, several blocks resident per SM
-    else:
-        cap = min(props.cores, props.max_grid)  # one program per core, looping
-    nprog = max(1, min(programs, cap))
+    nprog = max(1, min(programs, _grid_cap(props)))
     iters = triton.cdiv(programs, nprog)
     int64 = needs_int64(nprog * iters * block, max_offset, index_limit)
     return Plan((nprog,), nprog, iters, block, config.num_warps, int64)
+
+
+def _grid_cap(props: DeviceProps) -> int:
+    if props.kind in ('cuda', 'hip'):
+        return props.max_grid  # cover the work: no loop, several blocks resident per SM
+    return min(props.cores, props.max_grid)  # one program per core, looping
 
 
 def needs_int64(covered: int, max_offset: int, index_limit: int = INT32_LIMIT) -> bool:
@@ -277,18 +305,24 @@ def launch_context(props: Optional[DeviceProps] = None, *, index_limit: int = IN
         _CONTEXT = saved
 
 
+def launch_kind(tensor) -> str:
+    """The kind of device (:attr:`DeviceProps.kind`) a launch on ``tensor`` plans for:
+    the context's properties if set, else the tensor's device."""
+    return (_CONTEXT.props or device_props(tensor.device)).kind
+
+
 def recording() -> bool:
     """Whether launches are being recorded (nothing runs)."""
     return _CONTEXT.record is not None
 
 
 def launch(kernel, family: str, total: int, args: tuple, meta: dict, *,
-           inner: int = 1) -> None:
+           inner: int = 1, row: int = 0) -> None:
     """Launch ``kernel`` over ``total`` work items.
 
     ``args``: the positional arguments up to the loop parameters; the kernel then takes
     ``nprog, iters`` and its constexprs ``meta`` plus ``INT64`` and ``BLOCK`` (set here,
-    with ``num_warps``, from the plan). ``inner``: see :func:`plan_launch`.
+    with ``num_warps``, from the plan). ``inner``, ``row``: see :func:`plan_launch`.
     """
     tensors = [a for a in args if hasattr(a, 'data_ptr')]
     props = _CONTEXT.props or device_props(tensors[0].device)
@@ -296,7 +330,7 @@ def launch(kernel, family: str, total: int, args: tuple, meta: dict, *,
     candidates = candidate_configs(family, props)
 
     def make(config: Config) -> Launch:
-        plan = plan_launch(total, config, props, top, inner, _CONTEXT.index_limit)
+        plan = plan_launch(total, config, props, top, inner, _CONTEXT.index_limit, row)
         kwargs = dict(nprog=plan.nprog, iters=plan.iters, **meta, INT64=plan.int64,
                       BLOCK=plan.block, num_warps=plan.num_warps)
         return Launch(kernel, plan.grid, tuple(args), kwargs)

@@ -31,10 +31,14 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 import triton
 import triton.language as tl
-from triton import knobs
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
 from triton.runtime.jit import JITFunction, create_function_from_signature
+
+try:  # Triton's settings object (newer releases; older ones read the environment)
+    from triton import knobs
+except ImportError:
+    knobs = None
 
 #: the targets of the check: H100/H200 (sm_90) and MI300 (gfx942)
 TARGETS: Dict[str, GPUTarget] = {
@@ -82,6 +86,7 @@ class Result:
     spills: Optional[int] = None      # spill bytes (CUDA: stores + loads) / spill count
     error: Optional[str] = None
     seconds: float = 0.0
+    discrete_loops: Optional[int] = None  # Ascend: loops moving one element at a time
 
 
 def target_name(target: GPUTarget) -> str:
@@ -90,8 +95,10 @@ def target_name(target: GPUTarget) -> str:
 
 
 def check_triton() -> None:
-    """Refuse a Triton whose binder this module was not written against."""
-    if not triton.__version__.startswith(TRITON_VERSION):
+    """Refuse a Triton whose binder this module was not written against (an older
+    release such as triton-ascend 3.2 imports this module but binds with
+    :mod:`.aot_ascend`)."""
+    if knobs is None or not triton.__version__.startswith(TRITON_VERSION):
         raise RuntimeError(f'the ahead-of-time check binds launches with the JIT binder of '
                            f'triton {TRITON_VERSION}x; installed: {triton.__version__}')
 
@@ -108,6 +115,7 @@ def bind(kernel, args: tuple, kwargs: dict, target: GPUTarget) -> Variant:
                         '(unset TRITON_INTERPRET: the interpreter replaces @triton.jit)')
     if not isinstance(target, GPUTarget):
         raise TypeError(f'target must be a triton GPUTarget, got {type(target).__name__}')
+    check_triton()
     cached = _BINDERS.get((id(kernel), target))
     if cached is None or cached[0] is not kernel:  # one binder per kernel and target
         backend = make_backend(target)

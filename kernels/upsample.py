@@ -17,7 +17,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._common import block_offsets, channels_last, decompose, launch, output_like, taps
+from ._common import (block_offsets, channels_last, decompose, launch, launch_kind,
+                      output_like, row_tile, taps)
 
 
 @triton.jit
@@ -187,9 +188,184 @@ def bilinear_bwd_kernel(g_ptr, out_ptr, hstart, hcount, hweight, wstart, wcount,
         tl.store(out_ptr + e, acc, mask=mask)
 
 
+# ------------------------------------------------------------- row kernels (Ascend)
+# triton-ascend turns a load whose addresses are not an affine block into a loop over the
+# block's elements (discrete memory access). These variants work on tiles of one row of
+# one (n, c) plane, addressed through strides (NCHW, channels_last or strided): row taps
+# are scalars, column taps select from a source row segment (one contiguous or
+# constant-stride load) in registers (``tl.gather``), so every load and store is a block
+# access. Chosen at launch on NPUs when the column taps allow it (:func:`_row_step`);
+# same arithmetic in the same order as the flat kernels above.
+@triton.jit
+def row_segment(x_ptr, row_base, lo, n, stride, ok, SEG: tl.constexpr):
+    """Elements ``lo .. lo + SEG - 1`` of a row of ``n`` (zero past its end)."""
+    s = lo + tl.arange(0, SEG)
+    return tl.load(x_ptr + row_base + s * stride, mask=ok & (s < n), other=0)
+
+
+@triton.jit
+def upsample_fwd_rows_kernel(x_ptr, out_ptr, other_ptr, hi0, hi1, hw0, hw1, wi0, wi1, ww0,
+                             ww1, rows, C, H, W, w, sxn, sxc, sxh, sxw, son, soc, soh, sow,
+                             stn, stc, sth, stw, nprog, iters, NEAREST: tl.constexpr,
+                             ADD: tl.constexpr, OTHER_FLAT: tl.constexpr,
+                             STEP: tl.constexpr, INT64: tl.constexpr, BLOCK: tl.constexpr):
+    """:func:`upsample_fwd_kernel` on row tiles of the output (``rows = N * C * H``; the
+    output's strides ``so?``). ``OTHER_FLAT``: ``other`` has the output's strides;
+    ``STEP``: :func:`_row_step`."""
+    SEG: tl.constexpr = 2 * BLOCK * STEP
+    pid = tl.program_id(0)
+    for it in range(0, iters):
+        row, x0 = row_tile(pid, it, nprog, W, BLOCK, INT64)
+        ok = row < rows
+        x = x0 + tl.arange(0, BLOCK)
+        mask = ok & (x < W)
+        y = row % H
+        t = row // H
+        c = t % C
+        n = t // C
+        base = n * sxn + c * sxc
+        lo = tl.load(wi0 + x0)
+        q0 = tl.load(wi0 + x, mask=mask, other=lo) - lo
+        seg0 = row_segment(x_ptr, base + tl.load(hi0 + y) * sxh, lo, w, sxw, ok, SEG)
+        if NEAREST:
+            v = tl.gather(seg0, q0, 0).to(tl.float32)
+        else:
+            q1 = tl.load(wi1 + x, mask=mask, other=lo) - lo
+            seg1 = row_segment(x_ptr, base + tl.load(hi1 + y) * sxh, lo, w, sxw, ok, SEG)
+            a0 = tl.load(hw0 + y)
+            a1 = tl.load(hw1 + y)
+            b0 = tl.load(ww0 + x, mask=mask, other=0.0)
+            b1 = tl.load(ww1 + x, mask=mask, other=0.0)
+            x00 = tl.gather(seg0, q0, 0).to(tl.float32)
+            x01 = tl.gather(seg0, q1, 0).to(tl.float32)
+            x10 = tl.gather(seg1, q0, 0).to(tl.float32)
+            x11 = tl.gather(seg1, q1, 0).to(tl.float32)
+            v = (x00 * b0 + x01 * b1) * a0 + (x10 * b0 + x11 * b1) * a1
+        v = v.to(out_ptr.dtype.element_ty)
+        e = n * son + c * soc + y * soh + x * sow
+        if ADD:
+            if OTHER_FLAT:
+                o = tl.load(other_ptr + e, mask=mask, other=0)
+            else:
+                o = tl.load(other_ptr + n * stn + c * stc + y * sth + x * stw, mask=mask,
+                            other=0)
+            v = (v.to(tl.float32) + o.to(tl.float32)).to(out_ptr.dtype.element_ty)
+        tl.store(out_ptr + e, v, mask=mask)
+
+
+@triton.jit
+def upsample_argmax_rows_kernel(x_ptr, out_ptr, hi0, hi1, hw0, hw1, wi0, wi1, ww0, ww1,
+                                rows, C, H, W, w, sxn, sxc, sxh, sxw, nprog, iters,
+                                NEAREST: tl.constexpr, STEP: tl.constexpr,
+                                INT64: tl.constexpr, BLOCK: tl.constexpr):
+    """:func:`upsample_argmax_kernel` on row tiles of the labels (``rows = N * H``), one
+    class per step (each a row segment of one class plane, in any layout); ``STEP``:
+    :func:`_row_step`."""
+    SEG: tl.constexpr = 2 * BLOCK * STEP
+    pid = tl.program_id(0)
+    for it in range(0, iters):
+        row, x0 = row_tile(pid, it, nprog, W, BLOCK, INT64)
+        ok = row < rows
+        x = x0 + tl.arange(0, BLOCK)
+        mask = ok & (x < W)
+        y = row % H
+        n = row // H
+        lo = tl.load(wi0 + x0)
+        q0 = tl.load(wi0 + x, mask=mask, other=lo) - lo
+        r0 = tl.load(hi0 + y) * sxh
+        if not NEAREST:
+            q1 = tl.load(wi1 + x, mask=mask, other=lo) - lo
+            r1 = tl.load(hi1 + y) * sxh
+            a0 = tl.load(hw0 + y)
+            a1 = tl.load(hw1 + y)
+            b0 = tl.load(ww0 + x, mask=mask, other=0.0)
+            b1 = tl.load(ww1 + x, mask=mask, other=0.0)
+        best = tl.full((BLOCK,), float('-inf'), tl.float32)
+        label = tl.zeros((BLOCK,), tl.int32)
+        found_nan = tl.zeros((BLOCK,), tl.int1)
+        for c in range(0, C):
+            base = n * sxn + c * sxc
+            seg0 = row_segment(x_ptr, base + r0, lo, w, sxw, ok, SEG)
+            if NEAREST:
+                v = tl.gather(seg0, q0, 0)
+            else:
+                seg1 = row_segment(x_ptr, base + r1, lo, w, sxw, ok, SEG)
+                x00 = tl.gather(seg0, q0, 0).to(tl.float32)
+                x01 = tl.gather(seg0, q1, 0).to(tl.float32)
+                x10 = tl.gather(seg1, q0, 0).to(tl.float32)
+                x11 = tl.gather(seg1, q1, 0).to(tl.float32)
+                v = (x00 * b0 + x01 * b1) * a0 + (x10 * b0 + x11 * b1) * a1
+            v = v.to(x_ptr.dtype.element_ty).to(tl.float32)
+            best, label, found_nan = better_label(v, c, best, label, found_nan)
+        tl.store(out_ptr + row * W + x, label, mask=mask)
+
+
+@triton.jit
+def bilinear_bwd_rows_kernel(g_ptr, out_ptr, hstart, hcount, hweight, wstart, wcount,
+                             wweight, rows, C, h, w, W, sgn, sgc, sgh, sgw, son, soc, soh,
+                             sow, maxh, nprog, iters, INT64: tl.constexpr,
+                             BLOCK: tl.constexpr, MAXW: tl.constexpr):
+    """:func:`bilinear_bwd_kernel` on row tiles of the input gradient (``rows = N * C *
+    h``; its strides ``so?``): each row of output gradients is loaded as one segment of
+    ``BLOCK * MAXW`` columns, the ``(BLOCK, MAXW)`` tile of taps gathered from it."""
+    SEG: tl.constexpr = BLOCK * MAXW
+    pid = tl.program_id(0)
+    dxs = tl.arange(0, MAXW)[None, :]
+    for it in range(0, iters):
+        row, j0 = row_tile(pid, it, nprog, w, BLOCK, INT64)
+        ok = row < rows
+        j = j0 + tl.arange(0, BLOCK)
+        mask = ok & (j < w)
+        i = row % h
+        t = row // h
+        c = t % C
+        n = t // C
+        ys = tl.load(hstart + i)
+        yc = tl.load(hcount + i)
+        lo = tl.load(wstart + j0)
+        xs = tl.load(wstart + j, mask=mask, other=lo) - lo
+        xc = tl.load(wcount + j, mask=mask, other=0)
+        xm = mask[:, None] & (dxs < xc[:, None])
+        wx = tl.load(wweight + j[:, None] * MAXW + dxs, mask=xm, other=0.0)
+        idx = tl.reshape(tl.where(xm, xs[:, None] + dxs, 0), (BLOCK * MAXW,))
+        base = n * sgn + c * sgc
+        acc = tl.zeros((BLOCK,), tl.float32)
+        for dy in range(0, maxh):
+            ym = ok & (dy < yc)
+            wy = tl.load(hweight + i * maxh + dy, mask=ym, other=0.0)
+            seg = row_segment(g_ptr, base + (ys + dy) * sgh, lo, W, sgw, ym, SEG)
+            g = tl.reshape(tl.gather(seg, idx, 0), (BLOCK, MAXW))
+            g = tl.where(xm & ym, g, 0).to(tl.float32)
+            acc += tl.sum(g * wx, axis=1) * wy
+        tl.store(out_ptr + n * son + c * soc + i * soh + j * sow, acc, mask=mask)
+
+
+def _rows(x) -> bool:
+    """Whether launches on ``x`` take the row kernels: on an NPU."""
+    return launch_kind(x) == 'npu'
+
+
+def _row_step(taps_w) -> int:
+    """The ``STEP`` of the row kernels for column taps ``(i0, i1, ...)``, or 0 where they
+    do not suit them. ``i0`` must be non-decreasing and ``i1 - i0`` in {0, 1}; ``STEP``
+    is the next power of two of the largest step of ``i0`` (1 when upsampling, about the
+    ratio when downsampling), so a tile of ``BLOCK`` outputs reads fewer than ``2 *
+    BLOCK * STEP`` consecutive source columns: its segment. The launch divides its block
+    by ``STEP`` (at most :data:`MAX_ROW_STEP`), so segments keep their size."""
+    i0, i1 = taps_w[0].long(), taps_w[1].long()
+    step = i0[1:] - i0[:-1]
+    gap = i1 - i0
+    if not (((gap >= 0) & (gap <= 1)).all() and (step >= 0).all()):
+        return 0
+    largest = triton.next_power_of_2(max(1, int(step.max()) if len(step) else 1))
+    return largest if largest <= MAX_ROW_STEP else 0
+
+
 # ------------------------------------------------------------------------ launchers
 #: the widest class step of the channels_last argmax tile
 MAX_BLOCK_C = 32
+#: the largest downsampling ratio along W the row kernels take (:func:`_row_step`)
+MAX_ROW_STEP = 128
 
 
 def upsample_fwd(x, out_hw, taps_h, taps_w, nearest: bool, other=None):
@@ -205,6 +381,14 @@ def upsample_fwd(x, out_hw, taps_h, taps_w, nearest: bool, other=None):
     add = other is not None
     o = other if add else out
     flat = add and tuple(o.stride()) == tuple(out.stride())
+    step = _row_step(taps_w) if _rows(x) else 0
+    if step:
+        launch(upsample_fwd_rows_kernel, 'map', total,
+               (x, out, o, *th, *tw, total // out_hw[1], x.shape[1], *out_hw, x.shape[3],
+                *x.stride(), *out.stride(), *o.stride()),
+               dict(NEAREST=nearest, ADD=add, OTHER_FLAT=flat, STEP=step), inner=step,
+               row=out_hw[1])
+        return out
     launch(upsample_fwd_kernel, 'map', total,
            (x, out, o, *th, *tw, total, x.shape[1], *out_hw, *x.stride(), *o.stride()),
            dict(NEAREST=nearest, ADD=add, OTHER_FLAT=flat, CL=channels_last(x)))
@@ -220,12 +404,34 @@ def upsample_argmax(x, out_hw, taps_h, taps_w, nearest: bool):
     total = out.numel()
     if total:
         th, tw = taps(taps_h, x.device), taps(taps_w, x.device)
+        step = _row_step(taps_w) if _rows(x) else 0
+        if step:
+            launch(upsample_argmax_rows_kernel, 'reduce', total,
+                   (x, out, *th, *tw, n * H, c, H, W, x.shape[3], *x.stride()),
+                   dict(NEAREST=nearest, STEP=step), inner=step, row=W)
+            return out.long()
         cl = channels_last(x)
         block_c = min(triton.next_power_of_2(c), MAX_BLOCK_C) if cl else 1
         launch(upsample_argmax_kernel, 'reduce', total,
                (x, out, *th, *tw, total, c, H, W, *x.stride()),
                dict(NEAREST=nearest, CL=cl, BLOCK_C=block_c), inner=block_c)
     return out.long()
+
+
+def _row_starts(start, count):
+    """Reverse column tables' ``start`` for :func:`bilinear_bwd_rows_kernel`: a column
+    that no output reads (``count == 0``, start 0) takes the start of the column before
+    it, so starts are non-decreasing (the column reads nothing either way)."""
+    import torch
+    return torch.cummax(torch.where(count > 0, start, 0), 0).values.to(torch.int32)
+
+
+def _reverse_taps_fit(start, maxw: int) -> bool:
+    """Whether :func:`_row_starts` suit :func:`bilinear_bwd_rows_kernel`: steps of at
+    most ``maxw``, so ``BLOCK`` input columns read at most ``BLOCK * maxw`` consecutive
+    output columns (its segment)."""
+    step = start[1:].long() - start[:-1].long()
+    return bool((step <= maxw).all())
 
 
 def bilinear_bwd(grad, in_hw, rows, cols):
@@ -247,6 +453,14 @@ def bilinear_bwd(grad, in_hw, rows, cols):
     ws, wc, ww = (t.to(dev) for t in cols)
     maxw = triton.next_power_of_2(ww.shape[1])
     ww = torch.nn.functional.pad(ww, (0, maxw - ww.shape[1])).contiguous()
+    starts = _row_starts(cols[0], cols[1]) if _rows(grad) else None
+    if starts is not None and _reverse_taps_fit(starts, maxw):
+        launch(bilinear_bwd_rows_kernel, 'reduce', total,
+               (grad, out, hs, hc, hw.contiguous(), starts.to(dev), wc, ww,
+                total // in_hw[1], grad.shape[1], *in_hw, grad.shape[3], *grad.stride(),
+                *out.stride(), hw.shape[1]),
+               dict(MAXW=maxw), inner=maxw, row=in_hw[1])
+        return out
     launch(bilinear_bwd_kernel, 'reduce', total,
            (grad, out, hs, hc, hw.contiguous(), ws, wc, ww, total, grad.shape[1], *in_hw,
             *grad.stride(), hw.shape[1]),

@@ -9,7 +9,8 @@ deterministic gather-form backward), ``upsample_add``, ``upsample_argmax``, max 
 average pooling forward (``(N, C, H, W)`` or ``(C, H, W)`` input). Every launch goes
 through :func:`kernels._common.launch` (device-aware launch configuration, int64 offsets
 where needed); :mod:`.triton_aot` compiles every launched variant ahead of time for
-sm_90 and gfx942 (``tools/device_check.py --aot``). Other upsample modes, pooling with
+sm_90 and gfx942 (``tools/device_check.py --aot``) and, with triton-ascend, for an
+Ascend 910B3 (``tools/ascend_check.py``). Other upsample modes, pooling with
 autograd and adaptive pooling run on the native backend, each counted and logged once as
 a fallback (:func:`mmseg_cann.utils.record_fallback`).
 """

@@ -9,7 +9,9 @@ compiles it for ``cuda:90`` (H100/H200) and ``hip:gfx942`` (MI300). The cases co
 every kernel x dtype (float32, float16, bfloat16) x layout (NCHW, channels_last, a
 strided view with an unaligned start) x flag combination the launchers produce, size-1
 dimensions and arguments equal to 1, and the int64-offset variants. Any compile error,
-and any spill, fails the check.
+and any spill, fails the check. ``tools/ascend_check.py`` records the same cases with an
+Ascend launch plan (:data:`TARGET_DEVICES` ``'npu'``) and compiles them with
+triton-ascend; :attr:`Case.main` marks the main-path cases its loop targets distinguish.
 
 The public ops are passed in (``ops``, the :mod:`mmseg_cann.ops` module) by the caller,
 which sits above them; this module only describes the cases.
@@ -24,10 +26,12 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import torch
 
-#: device properties a launch is planned for, per target (H100 SXM, MI300X)
+#: device properties a launch is planned for, per target (H100 SXM, MI300X, and the
+#: Ascend 910B3 of ``tools/ascend_check.py``: 40 vector cores, looping programs)
 TARGET_DEVICES = {
     'cuda': dict(kind='cuda', cores=132, name='H100 SXM (sm_90)'),
     'hip': dict(kind='hip', cores=304, name='MI300X (gfx942)'),
+    'npu': dict(kind='npu', cores=40, max_grid=65535, name='Ascend910B3'),
 }
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 LAYOUTS = ('nchw', 'channels_last', 'strided')
@@ -44,6 +48,8 @@ class Case:
 
     label: str
     run: Callable[[object], None]
+    #: a decoder's or backbone's common form (:func:`main_path`)
+    main: bool = False
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -68,12 +74,17 @@ def make(shape: Sequence[int], dtype: torch.dtype, layout: str,
 #: (input shape, output size) in every dtype x layout: odd sizes and strides
 UPSAMPLE_SHAPES = [((2, 3, 5, 7), (9, 13))]
 #: float32 only: 16-divisible sizes and strides over 16 programs, size-1 dimensions
-#: (one program, constant sizes and strides), an 8x ratio (the backward's widest tables)
+#: (one program, constant sizes and strides), an 8x ratio (the backward's widest tables),
+#: height-1 and width-1 inputs, downsampling, a 1x1 output
 UPSAMPLE_EXTRA = [((1, 16, 16, 16), (32, 32)), ((1, 1, 1, 1), (2, 2)),
-                  ((1, 2, 4, 3), (32, 24))]
-#: argmax (input shape, size): a decoder's 19 classes; float32 only: 1 and 3 classes
+                  ((1, 2, 4, 3), (32, 24)), ((1, 2, 1, 5), (3, 10)),
+                  ((1, 2, 5, 1), (10, 3)), ((1, 2, 9, 11), (4, 5)), ((1, 2, 5, 7), (1, 1))]
+#: argmax (input shape, size): a decoder's 19 classes; float32 only: 1 and 3 classes,
+#: 2x, height-1 and width-1 inputs, downsampling, a 1x1 output
 ARGMAX_SHAPES = [((1, 19, 4, 6), (32, 48))]
-ARGMAX_EXTRA = [((1, 1, 3, 3), (5, 5)), ((2, 3, 5, 7), (9, 13))]
+ARGMAX_EXTRA = [((1, 1, 3, 3), (5, 5)), ((2, 3, 5, 7), (9, 13)), ((1, 19, 8, 12), (16, 24)),
+                ((1, 3, 1, 5), (3, 10)), ((1, 3, 5, 1), (10, 3)), ((1, 3, 9, 11), (4, 5)),
+                ((1, 3, 5, 7), (1, 1))]
 #: the pooling window of ResNet stems, odd sizes, in every dtype x layout
 POOL_CASES = [((2, 3, 9, 11), dict(kernel_size=3, stride=2, padding=1))]
 #: float32 only: aligned sizes (avg_down shortcuts), a (C, H, W) input, further window
@@ -84,7 +95,25 @@ POOL_EXTRA = [((1, 16, 16, 16), dict(kernel_size=2, stride=2)),
               ((2, 3, 9, 11), dict(kernel_size=1, stride=1)),
               ((2, 3, 9, 11), dict(kernel_size=3, stride=2, padding='same')),
               ((2, 3, 9, 11), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
-              ((2, 3, 9, 11), dict(kernel_size=3, stride=2, padding=1, dilation=2))]
+              ((2, 3, 9, 11), dict(kernel_size=3, stride=2, padding=1, dilation=2)),
+              ((2, 3, 1, 9), dict(kernel_size=3, stride=2, padding=1)),
+              ((2, 3, 9, 1), dict(kernel_size=3, stride=2, padding=1)),
+              ((2, 3, 1, 1), dict(kernel_size=3, stride=2, padding=1)),
+              ((2, 3, 3, 3), dict(kernel_size=3, stride=2)),
+              ((2, 3, 9, 11), dict(kernel_size=3, stride=3))]
+
+#: the pooling windows of the main path (ResNet stems, avg_down shortcuts)
+MAIN_WINDOWS = (dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2, stride=2))
+
+
+def main_path(layout: str, shape=None, size=None, window=None) -> bool:
+    """Whether a case is a common form of a decoder or backbone: NCHW, and a 2x upsample
+    (``shape`` to ``size``) or a k3s2p1 / k2s2 pooling ``window``."""
+    if layout != 'nchw':
+        return False
+    if window is not None:
+        return window in MAIN_WINDOWS
+    return tuple(size) == tuple(2 * d for d in shape[-2:])
 
 
 def _tag(dtype, layout) -> str:
@@ -105,15 +134,16 @@ def upsample_cases(dtype, layout, shapes, argmax_shapes, backward=True) -> Itera
     tag = _tag(dtype, layout)
     others = dict.fromkeys(('nchw' if layout == 'channels_last' else layout, 'strided'))
     for shape, size in shapes:
+        main = main_path(layout, shape, size)
         for mode in ('nearest', 'bilinear'):
             yield Case(f'upsample {mode} {shape}->{size} {tag}',
                        lambda ops, s=shape, z=size, m=mode: _upsample(
-                           ops, make(s, dtype, layout), z, m))
+                           ops, make(s, dtype, layout), z, m), main)
             for other in others:
                 yield Case(f'upsample_add {mode} {shape}->{size} {tag} other={other}',
                            lambda ops, s=shape, z=size, m=mode, o=other: ops.upsample_add(
                                make(s, dtype, layout), make(s[:2] + z, dtype, o), mode=m,
-                               backend='triton'))
+                               backend='triton'), main and other == layout)
         if backward:
             yield Case(f'upsample bilinear backward {shape}->{size} {tag}',
                        lambda ops, s=shape, z=size: _upsample(
@@ -122,7 +152,8 @@ def upsample_cases(dtype, layout, shapes, argmax_shapes, backward=True) -> Itera
         for mode in ('nearest', 'bilinear'):
             yield Case(f'upsample_argmax {mode} {shape}->{size} {tag}',
                        lambda ops, s=shape, z=size, m=mode: ops.upsample_argmax(
-                           make(s, dtype, layout), z, mode=m, backend='triton'))
+                           make(s, dtype, layout), z, mode=m, backend='triton'),
+                       main_path(layout, shape, size))
 
 
 def pool_cases(dtype, layout, cases) -> Iterator[Case]:
@@ -132,10 +163,11 @@ def pool_cases(dtype, layout, cases) -> Iterator[Case]:
     for shape, kw in cases:
         if len(shape) == 3 and layout == 'channels_last':
             continue  # a memory format of 4-D tensors
+        main = main_path(layout, window=kw)
         yield Case(f'max_pool2d {shape} {kw} {tag}',
                    lambda ops, s=shape, k=kw: ops.max_pool2d(
                        make(s, dtype, layout), **k, return_indices=True, backend='triton',
-                       precision='input'))
+                       precision='input'), main)
         if kw.get('dilation', 1) != 1:
             continue  # avg pooling has no dilation
         for options in (dict(), dict(count_include_pad=False), dict(divisor_override=1),
@@ -143,7 +175,7 @@ def pool_cases(dtype, layout, cases) -> Iterator[Case]:
             yield Case(f'avg_pool2d {shape} {kw} {options} {tag}',
                        lambda ops, s=shape, k=kw, o=options: ops.avg_pool2d(
                            make(s, dtype, layout), **k, **o, backend='triton',
-                           precision='input'))
+                           precision='input'), main)
 
 
 def all_cases() -> List[Case]:
@@ -177,6 +209,7 @@ class Recorded:
 
     case: str
     launches: list
+    main: bool = False
 
 
 def record(ops, cases: Sequence[Case], props, int64: bool = False) -> List[Recorded]:
@@ -192,7 +225,8 @@ def record(ops, cases: Sequence[Case], props, int64: bool = False) -> List[Recor
             case.run(ops)
         if not launches:
             raise RuntimeError(f'case {case.label!r} launched no kernel')
-        out.append(Recorded(case.label + (' [int64]' if int64 else ''), launches))
+        out.append(Recorded(case.label + (' [int64]' if int64 else ''), launches,
+                            case.main and not int64))
     return out
 
 

@@ -41,6 +41,27 @@ def test_tile_kernels_split_the_block_into_rows():
     assert plan.block == 8 and plan.nprog == 125
 
 
+def test_row_launches_tile_each_row():
+    """A row launch (the NPU row kernels): tiles of ``block`` columns per row, the block
+    at most the row's next power of two (at least 16), the plan's int64 decision over
+    the rows its tiles reach."""
+    config = common.Config(256, 4)
+    plan = common.plan_launch(10 * 1000, config, ASCEND, row=1000)  # 10 rows of 1000
+    assert plan.block == 256 and plan.nprog == 40 and plan.iters == 1  # 40 tiles
+    plan = common.plan_launch(7 * 12, config, ASCEND, row=12)
+    assert plan.block == 16 and plan.nprog == 7 and plan.iters == 1
+    plan = common.plan_launch(3 * 40, config, ASCEND, inner=32, row=40)
+    assert plan.block == 8 and plan.nprog == 15  # 5 tiles per row
+    rows = LIMIT // 1024 // 10 * 10  # 4 tiles per row, 40 programs: no overshoot
+    assert not common.plan_launch(rows * 1024, config, ASCEND, row=1024).int64
+    assert common.plan_launch((rows + 10) * 1024, config, ASCEND, row=1024).int64
+    # the looping grid's last round overshoots by up to nprog - 1 tiles, whole rows
+    assert common.plan_launch((rows - 1) * 1024, config, ASCEND, row=1024).int64 == (
+        -(-(rows - 1) * 4 // 40) * 40 // 4 * 1024 > LIMIT)
+    with pytest.raises(ValueError, match='multiple of row'):
+        common.plan_launch(100, config, ASCEND, row=7)
+
+
 def test_int64_decision_includes_the_grid_overshoot():
     config = common.Config(512, 4)
     # the last block ends exactly at 2^31: every flat index fits in int32
