@@ -44,7 +44,7 @@ $(STAMP): setup.py requirements/build.txt requirements/runtime.txt requirements/
 demo: env
 	$(PY) tools/demo.py
 
-test: env .venv-ascend/.mmseg-cann-ascend-installed
+test: env .venv-ascend/.mmseg-cann-ascend-installed .venv-torchvision/.mmseg-cann-tv-installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean-env:
@@ -79,3 +79,36 @@ $(ASCEND_STAMP): requirements/ascend.txt
 
 clean-env-ascend:
 	rm -rf $(ASCEND_VENV)
+
+# ---- .venv-torchvision: the torchvision oracle of roi_pool2d (tools/torchvision_oracle.py)
+# No torchvision build runs on the project's torch 2.13 CPU build (the wheels are CUDA
+# builds of torch 2.14), so torchvision.ops.roi_pool gets its own virtualenv with its own
+# torch, made on first use from the wheels on local disk (about 5.4 GB; 98 s on the
+# 2-core development machine, 249 s while other jobs ran). If it cannot be made, the pip
+# error's tail goes to install-failed.txt and the oracle tests skip with it: `make test`
+# never fails for that. `make clean-env-tv` to try again.
+TV_VENV  := .venv-torchvision
+TV_STAMP := $(TV_VENV)/.mmseg-cann-tv-installed
+TV_FAIL  := $(TV_VENV)/install-failed.txt
+
+.PHONY: tv-oracle clean-env-tv
+
+tv-oracle: $(TV_STAMP)
+
+$(TV_STAMP): requirements/torchvision-oracle.txt
+	@mkdir -p $(TV_VENV) && rm -f $(TV_FAIL)
+	@echo "making $(TV_VENV) (torch + torchvision, the roi_pool2d oracle)"
+	@{ { test -x $(TV_VENV)/bin/python || $(PYTHON) -m venv $(TV_VENV); } \
+	   && $(TV_VENV)/bin/python -m pip install -q -r requirements/torchvision-oracle.txt \
+	   && $(TV_VENV)/bin/python -c "import torch, torchvision; \
+	      torch.ops.torchvision.roi_pool(torch.zeros(1, 1, 2, 2), torch.zeros(1, 5), 1.0, 1, 1); \
+	      print('torchvision oracle ready: torchvision', torchvision.__version__)"; \
+	 } > $(TV_VENV)/install.log 2>&1 \
+	 && tail -n 1 $(TV_VENV)/install.log \
+	 || { echo "exit status $$?" >> $(TV_VENV)/install.log; \
+	      tail -n 20 $(TV_VENV)/install.log > $(TV_FAIL); \
+	      echo "$(TV_VENV) not made (the torchvision oracle tests will skip): $(TV_FAIL)"; }
+	@touch $@
+
+clean-env-tv:
+	rm -rf $(TV_VENV)

@@ -15,7 +15,8 @@ from .core.errors import (ArgumentError, InputRankError, UnsupportedDtypeError,
                           UnsupportedModeError)
 from .core.precision import (PrecisionPolicy, get_precision_policy, precision_policy,
                              set_precision_policy)
-from .models import CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d, CANNUpsample
+from .models import (CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d, CANNRoIPool2d,
+                     CANNUpsample)
 from .models.registry import openmmlab_installed
 from .convert import convert_model, restore_resize, route_resize
 
@@ -33,6 +34,6 @@ def __getattr__(name):
 
 __all__ = ['__version__', 'core', 'ops', 'ArgumentError', 'InputRankError',
            'UnsupportedDtypeError', 'UnsupportedModeError', 'CANNUpsample', 'CANNMaxPool2d',
-           'CANNAvgPool2d', 'CANNAdaptiveAvgPool2d', 'PrecisionPolicy', 'get_precision_policy',
-           'set_precision_policy', 'precision_policy', 'convert_model', 'route_resize',
+           'CANNAvgPool2d', 'CANNAdaptiveAvgPool2d', 'CANNRoIPool2d', 'PrecisionPolicy',
+           'get_precision_policy', 'set_precision_policy', 'precision_policy', 'convert_model', 'route_resize',
            'restore_resize', 'CANNOpsHook', 'allow_mmengine_checkpoints']

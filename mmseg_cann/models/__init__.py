@@ -8,6 +8,7 @@ scope, and in mmengine's root registry, so mmcv's builders
 installed the modules work as plain ``torch.nn`` modules and nothing is registered.
 """
 from .pooling import CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d
+from .roi_pool import CANNRoIPool2d
 from .registry import register_modules
 from .upsample import CANNUpsample
 

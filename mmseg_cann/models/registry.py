@@ -4,9 +4,12 @@ from __future__ import annotations
 import importlib.util
 
 from .pooling import CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d
+from .roi_pool import CANNRoIPool2d
 from .upsample import CANNUpsample
 
 CANN_MODULES = (CANNUpsample, CANNMaxPool2d, CANNAvgPool2d, CANNAdaptiveAvgPool2d)
+#: registered modules that replace no ``torch.nn`` module (their forward takes boxes too)
+EXTRA_MODULES = (CANNRoIPool2d,)
 
 
 def openmmlab_installed() -> bool:
@@ -36,6 +39,6 @@ def register_modules() -> bool:
     from mmseg.registry import MODELS as MMSEG_MODELS
 
     for registry in (MMSEG_MODELS, ROOT_MODELS):
-        for module in CANN_MODULES:
+        for module in CANN_MODULES + EXTRA_MODULES:
             register_once(registry, module)
     return True

@@ -38,6 +38,9 @@ import torch.nn.functional as F
 from ..backends import portable
 from ..core import geometry as geo
 from . import ops
+# MaxRoiPool passes ATC's reading unchanged (CANN lists it for opsets 8-16; the boxes
+# are read as fp16 there: docs/roi_pooling.md)
+from .ops import roi_pool2d  # noqa: F401
 
 
 def _require_static(name: str, *sizes) -> None:

@@ -326,5 +326,7 @@ def node_attributes(model_proto, op_type: str) -> List[Dict[str, object]]:
 
 def _custom_translation_table(opset: int) -> Dict[object, object]:
     """``custom_translation_table`` for ``torch.onnx.export(dynamo=True)`` at ``opset``."""
-    return {getattr(torch.ops.mmseg_cann, name).default: fn
-            for name, fn in translation_table(opset).items()}
+    table = {getattr(torch.ops.mmseg_cann, name).default: fn
+             for name, fn in translation_table(opset).items()}
+    table.update(ops.roi_translation_table(opset))
+    return table

@@ -16,12 +16,13 @@ runs eagerly.
 from __future__ import annotations
 
 import sys
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import torch
 
-from ..backends import native
+from ..backends import native, roi_npu
 from ..core import geometry as geo
+from ..core import roi as roi_rules
 from ..core.export_mode import DEFAULT_OPSET, current_opset, export_mode
 from .translation import check_dynamic_upsample, check_exportable, onnx_axis_scale
 
@@ -281,6 +282,50 @@ def max_pool_op(x: torch.Tensor, kernel: List[int], stride: List[int], padding: 
                 pads: List[int], dilation: List[int], ceil_mode: bool) -> torch.Tensor:
     """A ``MaxPool`` node with exactly these attributes (see :func:`_padding_fields`)."""
     return _max_pool_op(x, kernel, stride, padding, pads, dilation, ceil_mode)
+
+
+@torch.library.custom_op('mmseg_cann::roi_max_pool', mutates_args=())
+def _roi_max_pool_op(x: torch.Tensor, rois: torch.Tensor, pooled: List[int],
+                     spatial_scale: float) -> torch.Tensor:
+    """Max ROI pooling (ONNX ``MaxRoiPool``): ``roi_pool2d(mode='max')``'s values."""
+    bins = roi_rules.roi_bins(rois, spatial_scale, pooled, x.shape[-2:], 'max')
+    return roi_npu.pool_aten(x, bins, 'max', False)
+
+
+@_roi_max_pool_op.register_fake
+def _(x, rois, pooled, spatial_scale):
+    return x.new_empty((rois.shape[0], x.shape[1], pooled[0], pooled[1]))
+
+
+def roi_pool2d(input: torch.Tensor, rois: torch.Tensor, output_size, mode: str,
+               spatial_scale: float, return_indices: bool = False) -> torch.Tensor:
+    """ROI pooling while exporting: ``mode='max'`` becomes ONNX ``MaxRoiPool`` (the same
+    region and bin rules: C ``round`` of ``coord * spatial_scale`` in float, float bins,
+    empty bins 0; onnxruntime's CPU kernel equals ``roi_pool2d`` bit for bit in float32);
+    ``mode='avg'`` and ``return_indices`` have no ONNX form and are refused."""
+    if return_indices:
+        raise ValueError('roi_pool2d with return_indices=True cannot be exported to ONNX '
+                         '(MaxRoiPool has no indices output)')
+    if mode != 'max':
+        raise ValueError("roi_pool2d(mode='avg') cannot be exported to ONNX exactly: ONNX has "
+                         'no average ROI pooling over integer regions (MaxRoiPool is max '
+                         'only; RoiAlign samples bilinearly); export with mode='
+                         "'max' or keep the average pooling outside the exported graph")
+    if rois.dtype != input.dtype:
+        rois = rois.to(input.dtype)  # MaxRoiPool takes X and rois of one type
+    return _roi_max_pool_op(input, rois, [int(v) for v in output_size], float(spatial_scale))
+
+
+def roi_translation_table(opset: int) -> Dict[object, object]:
+    """``custom_translation_table`` entries for the ROI custom op at ``opset``
+    (merged into :func:`mmseg_cann.onnx.export.export_onnx`'s table)."""
+    from .translation import _opset
+    op = _opset(opset)
+
+    def roi_max_pool(x, rois, pooled, spatial_scale):
+        return op.MaxRoiPool(x, rois, pooled_shape=[int(v) for v in pooled],
+                             spatial_scale=float(spatial_scale))
+    return {torch.ops.mmseg_cann.roi_max_pool.default: roi_max_pool}
 
 
 def onnx_export_mode(opset: int = DEFAULT_OPSET):

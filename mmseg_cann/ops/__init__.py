@@ -15,6 +15,7 @@ from . import direct
 from .pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from .upsample import upsample
 from .fused import upsample_add, upsample_argmax
+from .roi_pool import roi_pool2d
 
 # the call cache runs an op's full path on the first call of a key, so it needs the ops
 for _builder, _op in ((direct.max_pool2d, max_pool2d), (direct.avg_pool2d, avg_pool2d),
@@ -28,4 +29,4 @@ sys.modules[__name__ + '.geometry'] = geometry
 sys.modules[__name__ + '.reference'] = reference
 
 __all__ = ['upsample', 'upsample_add', 'upsample_argmax', 'max_pool2d', 'avg_pool2d',
-           'adaptive_avg_pool2d', 'geometry', 'reference']
+           'adaptive_avg_pool2d', 'roi_pool2d', 'geometry', 'reference']
