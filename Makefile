@@ -44,71 +44,51 @@ $(STAMP): setup.py requirements/build.txt requirements/runtime.txt requirements/
 demo: env
 	$(PY) tools/demo.py
 
-test: env .venv-ascend/.mmseg-cann-ascend-installed .venv-torchvision/.mmseg-cann-tv-installed
+test: env side-envs
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean-env:
 	rm -rf $(VENV)
 
-# ---- .venv-ascend: the triton-ascend compile check (tools/ascend_check.py) -------------
-# triton-ascend replaces the `triton` module, so it gets its own virtualenv, made on first
-# use (torch from local disk, the 54 MB triton-ascend wheel from PyPI). If it cannot be
-# made, the pip error's tail goes to install-failed.txt and the check's test skips with
-# it: `make test` never fails for that. `make clean-env-ascend` to try again.
-ASCEND_VENV  := .venv-ascend
-ASCEND_STAMP := $(ASCEND_VENV)/.mmseg-cann-ascend-installed
-ASCEND_FAIL  := $(ASCEND_VENV)/install-failed.txt
+# ---- side virtualenvs: packages that cannot live in .venv ----------------------------
+# Each is made on first use from its requirements file; its check line must run there.
+# If it cannot be made, the pip error's tail goes to DIR/install-failed.txt and the tests
+# that need it skip with that message: `make test` never fails for that. The stamp is
+# written either way; `make clean-side-envs` to try again.
+#   $(1) directory  $(2) requirements file  $(3) check (python -c)  $(4) what it is for
+define side_venv
+$(1)/.mmseg-cann-installed: $(2)
+	@mkdir -p $(1) && rm -f $(1)/install-failed.txt
+	@echo "making $(1) ($(4))"
+	@{ { test -x $(1)/bin/python || $(PYTHON) -m venv $(1); } \
+	   && $(1)/bin/python -m pip install -q -r $(2) \
+	   && $(1)/bin/python -c "$(3)"; \
+	 } > $(1)/install.log 2>&1 \
+	 && tail -n 1 $(1)/install.log \
+	 || { echo "exit status $$$$?" >> $(1)/install.log; \
+	      tail -n 20 $(1)/install.log > $(1)/install-failed.txt; \
+	      echo "$(1) not made (the tests that need it will skip): $(1)/install-failed.txt"; }
+	@touch $$@
+endef
 
-.PHONY: env-ascend clean-env-ascend
+# .venv-ascend: triton-ascend 3.2.0 (it replaces the `triton` module) and the CPU torch
+# from local disk, for the Ascend compile check (tools/ascend_check.py); a 54 MB download.
+ASCEND_STAMP := .venv-ascend/.mmseg-cann-installed
+ASCEND_CHECK := import torch, triton, triton.backends.ascend; \
+	print('triton-ascend environment ready: triton', triton.__version__)
+$(eval $(call side_venv,.venv-ascend,requirements/ascend.txt,$(ASCEND_CHECK),triton-ascend for tools/ascend_check.py))
 
-env-ascend: $(ASCEND_STAMP)
+# .venv-torchvision: torch 2.14.1 + torchvision 0.29.1 from local disk (about 5.4 GB), the
+# oracle of roi_pool2d (tools/torchvision_oracle.py). No torchvision build runs beside the
+# project's torch 2.13 CPU build: the wheels are CUDA builds that need libtorch_cuda.
+TV_STAMP := .venv-torchvision/.mmseg-cann-installed
+TV_CHECK := import torch, torchvision; \
+	torch.ops.torchvision.roi_pool(torch.zeros(1, 1, 2, 2), torch.zeros(1, 5), 1.0, 1, 1); \
+	print('torchvision oracle ready: torchvision', torchvision.__version__)
+$(eval $(call side_venv,.venv-torchvision,requirements/torchvision-oracle.txt,$(TV_CHECK),torchvision for the roi_pool2d oracle))
 
-$(ASCEND_STAMP): requirements/ascend.txt
-	@mkdir -p $(ASCEND_VENV) && rm -f $(ASCEND_FAIL)
-	@echo "making $(ASCEND_VENV) (triton-ascend, for tools/ascend_check.py)"
-	@{ { test -x $(ASCEND_VENV)/bin/python || $(PYTHON) -m venv $(ASCEND_VENV); } \
-	   && $(ASCEND_VENV)/bin/python -m pip install -q -r requirements/ascend.txt \
-	   && $(ASCEND_VENV)/bin/python -c "import torch, triton, triton.backends.ascend; \
-	      print('triton-ascend environment ready: triton', triton.__version__)"; \
-	 } > $(ASCEND_VENV)/install.log 2>&1 \
-	 && tail -n 1 $(ASCEND_VENV)/install.log \
-	 || { echo "exit status $$?" >> $(ASCEND_VENV)/install.log; \
-	      tail -n 20 $(ASCEND_VENV)/install.log > $(ASCEND_FAIL); \
-	      echo "$(ASCEND_VENV) not made (the triton-ascend check will skip): $(ASCEND_FAIL)"; }
-	@touch $@
+.PHONY: side-envs clean-side-envs
+side-envs: $(ASCEND_STAMP) $(TV_STAMP)
 
-clean-env-ascend:
-	rm -rf $(ASCEND_VENV)
-
-# ---- .venv-torchvision: the torchvision oracle of roi_pool2d (tools/torchvision_oracle.py)
-# No torchvision build runs on the project's torch 2.13 CPU build (the wheels are CUDA
-# builds of torch 2.14), so torchvision.ops.roi_pool gets its own virtualenv with its own
-# torch, made on first use from the wheels on local disk (about 5.4 GB; 98 s on the
-# 2-core development machine, 249 s while other jobs ran). If it cannot be made, the pip
-# error's tail goes to install-failed.txt and the oracle tests skip with it: `make test`
-# never fails for that. `make clean-env-tv` to try again.
-TV_VENV  := .venv-torchvision
-TV_STAMP := $(TV_VENV)/.mmseg-cann-tv-installed
-TV_FAIL  := $(TV_VENV)/install-failed.txt
-
-.PHONY: tv-oracle clean-env-tv
-
-tv-oracle: $(TV_STAMP)
-
-$(TV_STAMP): requirements/torchvision-oracle.txt
-	@mkdir -p $(TV_VENV) && rm -f $(TV_FAIL)
-	@echo "making $(TV_VENV) (torch + torchvision, the roi_pool2d oracle)"
-	@{ { test -x $(TV_VENV)/bin/python || $(PYTHON) -m venv $(TV_VENV); } \
-	   && $(TV_VENV)/bin/python -m pip install -q -r requirements/torchvision-oracle.txt \
-	   && $(TV_VENV)/bin/python -c "import torch, torchvision; \
-	      torch.ops.torchvision.roi_pool(torch.zeros(1, 1, 2, 2), torch.zeros(1, 5), 1.0, 1, 1); \
-	      print('torchvision oracle ready: torchvision', torchvision.__version__)"; \
-	 } > $(TV_VENV)/install.log 2>&1 \
-	 && tail -n 1 $(TV_VENV)/install.log \
-	 || { echo "exit status $$?" >> $(TV_VENV)/install.log; \
-	      tail -n 20 $(TV_VENV)/install.log > $(TV_FAIL); \
-	      echo "$(TV_VENV) not made (the torchvision oracle tests will skip): $(TV_FAIL)"; }
-	@touch $@
-
-clean-env-tv:
-	rm -rf $(TV_VENV)
+clean-side-envs:
+	rm -rf .venv-ascend .venv-torchvision

@@ -5,7 +5,7 @@ end, without an NPU or CANN, and count the loads and stores it cannot vectorise.
     .venv-ascend/bin/python tools/ascend_check.py [--root DIR] [--workers N]
         [--cases TEXT] [--json OUT]
 
-Runs in the side virtualenv ``.venv-ascend`` (``make .venv-ascend/.ascend-installed``;
+Runs in the side virtualenv ``.venv-ascend`` (``make side-envs``;
 triton-ascend replaces the ``triton`` module, so it cannot share ``.venv``); it needs
 only torch, numpy and triton-ascend: the package is imported from the source tree
 ``--root`` (default: this repository), ``kernels/`` as ``mmseg_cann.kernels``, without
@@ -118,8 +118,7 @@ def check(root: str, workers: int, text=None):
                         f'{type(e).__name__}: {e}') from e
     reason = aot_ascend.ascend_available()
     if reason is not None:
-        raise UserError(f'{reason}; run with .venv-ascend/bin/python (make '
-                        '.venv-ascend/.ascend-installed)')
+        raise UserError(f'{reason}; run with .venv-ascend/bin/python (make side-envs)')
     cases, wide = triton_aot.all_cases(), triton_aot.int64_cases()
     if text:
         cases = [c for c in cases if text in c.label]

@@ -6,7 +6,7 @@ elsewhere).
 
 Skipped, with the recorded reason, where ``make`` could not install triton-ascend
 (``.venv-ascend/install-failed.txt``), or where the virtualenv was not made (``make
-env-ascend``; ``make test`` makes it).
+side-envs``; ``make test`` makes it).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 VENV = os.path.join(REPO, '.venv-ascend')
 PYTHON = os.path.join(VENV, 'bin', 'python')
 FAILED = os.path.join(VENV, 'install-failed.txt')
-STAMP = os.path.join(VENV, '.mmseg-cann-ascend-installed')
+STAMP = os.path.join(VENV, '.mmseg-cann-installed')
 
 
 def skip_reason():
@@ -32,7 +32,7 @@ def skip_reason():
         return ('triton-ascend could not be installed in .venv-ascend: '
                 + (' | '.join(tail[-3:]) or 'no pip output'))
     if not (os.path.isfile(STAMP) and os.access(PYTHON, os.X_OK)):
-        return '.venv-ascend is not made (make env-ascend)'
+        return '.venv-ascend is not made (make side-envs)'
     return None
 
 
@@ -116,7 +116,7 @@ def test_skip_reason_reads_the_recorded_pip_error(tmp_path, monkeypatch):
     assert 'No matching distribution' in reason and 'exit status 1' in reason
     monkeypatch.setattr(sys.modules[__name__], 'FAILED', str(tmp_path / 'absent'))
     monkeypatch.setattr(sys.modules[__name__], 'STAMP', str(tmp_path / 'absent'))
-    assert skip_reason() == '.venv-ascend is not made (make env-ascend)'
+    assert skip_reason() == '.venv-ascend is not made (make side-envs)'
 
 
 def test_root_that_is_not_a_source_tree_is_a_usage_error(tmp_path):

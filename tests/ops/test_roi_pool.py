@@ -1,5 +1,5 @@
 """roi_pool2d against the real references: ``torchvision.ops.roi_pool`` (run in the side
-virtualenv ``.venv-torchvision``, ``make tv-oracle``) for ``mode='max'`` and
+virtualenv ``.venv-torchvision``, ``make side-envs``) for ``mode='max'`` and
 ``F.adaptive_{max,avg}_pool2d`` of each box's slice for both modes; edge cases, bad
 input, gradients, precision and the per-device plan."""
 from __future__ import annotations
@@ -27,7 +27,7 @@ def _oracle_missing() -> str:
     if os.path.exists(failed):
         with open(failed) as f:
             return f'.venv-torchvision could not be made:\n{f.read()}'
-    return '.venv-torchvision is missing: run `make tv-oracle` (torchvision oracle)'
+    return '.venv-torchvision is missing: run `make side-envs` (torchvision oracle)'
 
 
 def _boxes(k, h, w, seed, margin=5, batch=2, dtype=torch.float32):
