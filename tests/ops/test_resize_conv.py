@@ -1,0 +1,371 @@
+"""``resize_conv2d`` (polyphase upsample + convolution) against PyTorch's own composition
+``F.conv2d(F.interpolate(...))`` and a float64 composition, with the documented bound."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from mmseg_cann.ops import resize_conv2d, resize_conv2d_macs, resize_conv2d_plan
+from mmseg_cann.ops.resize_conv import resize_conv2d_error_bound
+
+
+def _composition(x, w, b=None, *, size=None, scale_factor=None, mode='bilinear',
+                 align_corners=False, padding=0, stride=1, dilation=1, groups=1):
+    """What resize_conv2d is defined as: PyTorch's own ops."""
+    interp = dict(mode=mode) if mode in ('nearest', 'nearest-exact', 'area') else \
+        dict(mode=mode, align_corners=align_corners)
+    up = F.interpolate(x, size=size, scale_factor=scale_factor, **interp)
+    return F.conv2d(up, w, b, stride, padding, dilation, groups)
+
+
+def _make(shape, k, cout=4, dtype=torch.float64, seed=0, scale=1.0, layout='contiguous'):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+    w = torch.randn(cout, shape[1], k, k, generator=g, dtype=torch.float64).to(dtype)
+    b = (torch.randn(cout, generator=g, dtype=torch.float64) * scale).to(dtype)
+    if layout == 'channels_last':
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x, w, b
+
+
+def _sizes(hw, s, mode, align_corners):
+    if mode == 'bilinear' and align_corners:
+        return tuple(s * (n - 1) + 1 if n > 1 else s for n in hw)
+    return tuple(s * n for n in hw)
+
+
+MODES = [('nearest', False), ('nearest-exact', False), ('bilinear', False), ('bilinear', True)]
+SHAPES = [(1, 1), (1, 6), (5, 1), (3, 5), (6, 4)]
+FACTORS = [2, 3, 4, 8]
+KERNELS = [(1, 0), (1, 1), (2, 1), (3, 0), (3, 1), (4, 3), (5, 2), (5, 1)]
+
+
+# ------------------------------------------------------------------------ values
+@pytest.mark.parametrize('mode,align_corners', MODES, ids=lambda v: str(v))
+@pytest.mark.parametrize('s', FACTORS)
+def test_float64_matches_composition_every_shape(mode, align_corners, s):
+    """Every awkward shape, kernel and padding: the polyphase path runs and agrees with
+    PyTorch's composition to float64 rounding (exact in arithmetic, borders included)."""
+    for seed, (hw, (k, pad)) in enumerate(itertools.product(SHAPES, KERNELS)):
+        x, w, b = _make((2, 3) + hw, k, seed=seed)
+        size = _sizes(hw, s, mode, align_corners)
+        if min(size) + 2 * pad < k:
+            continue  # no output (PyTorch raises; see test_bad_input_names_the_argument)
+        kw = dict(size=size, mode=mode, align_corners=align_corners, padding=pad)
+        plan = resize_conv2d_plan(x, w, b, **kw)
+        assert plan.applies, (hw, k, pad, plan.reason)
+        got = resize_conv2d(x, w, b, **kw)
+        expected = _composition(x, w, b, **kw)
+        assert got.shape == expected.shape and got.dtype == torch.float64
+        bound = resize_conv2d_error_bound(x, w, b, **kw)
+        assert ((got - expected).abs() <= 2 * bound).all(), (hw, k, pad)
+        scale = bound.max() / (bound.new_tensor(float(x.shape[1] * 9 + 3)) * 2.0 ** -53)
+        assert (got - expected).abs().max() <= 1e-12 * scale, (hw, k, pad)
+
+
+@pytest.mark.parametrize('scale_factor', [2, 3.0, (2, 4), (4, 1), (1.0, 8.0)])
+def test_scale_factor_and_unequal_factors(scale_factor):
+    x, w, b = _make((1, 3, 5, 6), 3)
+    kw = dict(scale_factor=scale_factor, mode='bilinear', padding=1)
+    assert resize_conv2d_plan(x, w, b, **kw).applies
+    torch.testing.assert_close(resize_conv2d(x, w, b, **kw), _composition(x, w, b, **kw),
+                               rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize('mode,align_corners', MODES[::2] + MODES[3:], ids=str)
+@pytest.mark.parametrize('s', [2, 3, 4, 8])
+def test_float32_large_activations_within_bound(mode, align_corners, s):
+    """float32, random weights, activations ~1e4: within the documented bound of the
+    float64 composition, and of PyTorch's float32 composition (twice the bound); and in
+    practice no worse than the composition's own rounding."""
+    x, w, b = _make((2, 64, 6, 5), 3, cout=32, dtype=torch.float32, seed=s, scale=1e4)
+    kw = dict(size=_sizes((6, 5), s, mode, align_corners), mode=mode,
+              align_corners=align_corners, padding=1)
+    got = resize_conv2d(x, w, b, **kw)
+    direct = _composition(x, w, b, **kw)
+    exact = _composition(x.double(), w.double(), b.double(), **kw)
+    bound = resize_conv2d_error_bound(x, w, b, **kw)
+    assert ((got.double() - exact).abs() <= bound).all()
+    assert ((got.double() - direct.double()).abs() <= 2 * bound).all()
+    assert (got.double() - exact).abs().max() <= 4 * (direct.double() - exact).abs().max()
+
+
+def test_float32_bound_includes_pytorch_geometry_rounding():
+    """Factor 3: PyTorch's float32 source coordinates are not exact; the bound says by
+    how much (``geometry_error``) and holds against the float32 composition."""
+    x, w, b = _make((1, 8, 40, 3), 3, dtype=torch.float32, scale=100.0)
+    kw = dict(size=(120, 9), mode='bilinear', padding=1)
+    plan = resize_conv2d_plan(x, w, b, **kw)
+    assert plan.geometry_error[0] > 0 and plan.geometry_error[1] >= 0
+    assert resize_conv2d_plan(x, w, b, size=(160, 12), padding=1).geometry_error == (0, 0)
+    got = resize_conv2d(x, w, b, **kw)
+    bound = resize_conv2d_error_bound(x, w, b, **kw)
+    assert ((got.double() - _composition(x, w, b, **kw).double()).abs() <= 2 * bound).all()
+
+
+@pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
+def test_batch_and_layout(layout):
+    x, w, b = _make((3, 5, 4, 7), 3, dtype=torch.float32, layout=layout)
+    kw = dict(size=(16, 28), mode='bilinear', padding=1)
+    got = resize_conv2d(x, w, b, **kw)
+    expected = _composition(x, w, b, **kw)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    cl = torch.channels_last
+    assert got.is_contiguous(memory_format=cl) == expected.is_contiguous(memory_format=cl)
+    assert got.is_contiguous() == expected.is_contiguous()
+
+
+def test_padding_strings_and_no_bias():
+    x, w, _ = _make((1, 2, 3, 4), 3)
+    for padding, same in (('same', 1), ('valid', 0)):
+        kw = dict(size=(12, 16), mode='nearest', padding=padding)
+        assert resize_conv2d_plan(x, w, **kw).applies
+        torch.testing.assert_close(resize_conv2d(x, w, **kw),
+                                   _composition(x, w, **{**kw, 'padding': same}))
+
+
+# ----------------------------------------------------------------------- gradients
+@pytest.mark.parametrize('mode,align_corners,s,hw,k,pad', [
+    ('bilinear', False, 2, (3, 4), 3, 1), ('bilinear', False, 3, (1, 3), 3, 1),
+    ('bilinear', True, 2, (3, 2), 3, 0), ('nearest', False, 4, (2, 1), 3, 1),
+    ('bilinear', False, 4, (2, 2), 5, 2), ('bilinear', False, 2, (2, 3), 1, 1)])
+def test_gradcheck_float64(mode, align_corners, s, hw, k, pad):
+    x, w, b = _make((1, 2) + hw, k, cout=2)
+    kw = dict(size=_sizes(hw, s, mode, align_corners), mode=mode,
+              align_corners=align_corners, padding=pad)
+    assert resize_conv2d_plan(x, w, b, **kw).applies
+    inputs = tuple(t.clone().requires_grad_() for t in (x, w, b))
+    # fast mode: random projections of the Jacobian (the full one for a 1xN input)
+    assert torch.autograd.gradcheck(lambda *t: resize_conv2d(*t, **kw), inputs,
+                                    fast_mode=hw[0] > 1)
+
+
+@pytest.mark.parametrize('mode', ['nearest', 'bilinear'])
+@pytest.mark.parametrize('s', [2, 4, 8])
+def test_float32_gradients_match_composition(mode, s):
+    """Gradients of input, weight and bias against the float64 composition's, within
+    the same kind of bound: gamma(m) times the gradient of the absolute-value
+    composition, ``m`` the most products in one gradient sum."""
+    x, w, b = _make((2, 16, 5, 4), 3, cout=8, dtype=torch.float32, seed=s, scale=1e3)
+    g = torch.randn(2, 8, 5 * s, 4 * s, generator=torch.Generator().manual_seed(1))
+    kw = dict(size=(5 * s, 4 * s), mode=mode, padding=1)
+
+    def grads(fn, dtype, absolute=False):
+        ts = [t.detach().to(dtype) for t in (x, w, b)]
+        if absolute:
+            ts = [t.abs() for t in ts]
+        ts = [t.requires_grad_() for t in ts]
+        gg = g.to(dtype).abs() if absolute else g.to(dtype)
+        return torch.autograd.grad(fn(*ts, **kw), ts, gg)
+
+    got = grads(resize_conv2d, torch.float32)
+    direct = grads(_composition, torch.float32)
+    exact = grads(_composition, torch.float64)
+    magnitude = grads(_composition, torch.float64, absolute=True)
+    m = 2 * 5 * s * 4 * s * 16 + 8 * 25 * s * s + 6
+    gamma = m * 2.0 ** -24 / (1 - m * 2.0 ** -24)
+    for a, d, e, mag in zip(got, direct, exact, magnitude):
+        assert ((a.double() - e).abs() <= gamma * mag).all()
+        assert ((a.double() - d.double()).abs() <= 2 * gamma * mag).all()
+
+
+# ----------------------------------------------------------------------- fallbacks
+@pytest.mark.parametrize('kw,why', [
+    (dict(size=(12, 16), stride=2), 'stride'),
+    (dict(size=(12, 16), dilation=2, padding=2), 'dilation'),
+    (dict(size=(12, 16), mode='bicubic'), 'bicubic'),
+    (dict(size=(12, 16), mode='area'), 'area'),
+    (dict(size=(10, 16)), 'integer multiple'),
+    (dict(scale_factor=2.5), 'integer multiple'),
+    (dict(size=(12, 16), align_corners=True), 'align_corners'),
+    (dict(size=(3, 4)), 'does not change'),
+])
+def test_fallback_is_the_composition(kw, why):
+    x, w, b = _make((2, 4, 3, 4), 3, dtype=torch.float32)
+    plan = resize_conv2d_plan(x, w, b, **kw)
+    assert not plan.applies and why in plan.reason
+    assert plan.macs_direct == plan.macs_polyphase
+    assert torch.equal(resize_conv2d(x, w, b, **kw), _composition(x, w, b, **kw))
+
+
+def test_fallback_groups_dtype_and_empty_batch():
+    x, w, b = _make((2, 4, 3, 4), 3, dtype=torch.float32)
+    wg = w[:, :2].contiguous()
+    plan = resize_conv2d_plan(x, wg, b, size=(6, 8), groups=2)
+    assert not plan.applies and 'groups' in plan.reason
+    assert torch.equal(resize_conv2d(x, wg, b, size=(6, 8), groups=2),
+                       _composition(x, wg, b, size=(6, 8), groups=2))
+    xh, wh, bh = x.bfloat16(), w.bfloat16(), b.bfloat16()
+    assert 'dtype' in resize_conv2d_plan(xh, wh, bh, size=(6, 8)).reason
+    assert torch.equal(resize_conv2d(xh, wh, bh, size=(6, 8)),
+                       _composition(xh, wh, bh, size=(6, 8)))
+    empty = x[:0]
+    assert 'empty batch' in resize_conv2d_plan(empty, w, b, size=(6, 8)).reason
+    assert resize_conv2d(empty, w, b, size=(6, 8), padding=1).shape == (0, 4, 6, 8)
+
+
+def test_nearest_index_rule_decides():
+    """2 -> 82 is not an integer factor; a factor whose PyTorch float32 nearest index is
+    floor(d / s) everywhere applies."""
+    assert not resize_conv2d_plan((1, 1, 2, 2), (1, 1, 3, 3), size=(82, 82),
+                                  mode='nearest').applies
+    assert resize_conv2d_plan((1, 1, 7, 7), (1, 1, 3, 3), size=(21, 21),
+                              mode='nearest').applies
+
+
+# ----------------------------------------------------------------------- bad input
+@pytest.mark.parametrize('call,exc,words', [
+    (lambda x, w: resize_conv2d(x.numpy(), w, size=4), TypeError, 'input'),
+    (lambda x, w: resize_conv2d(x, w.numpy(), size=4), TypeError, 'weight'),
+    (lambda x, w: resize_conv2d(x, w, [0.0], size=4), TypeError, 'bias'),
+    (lambda x, w: resize_conv2d(x[0], w, size=4), ValueError, 'input'),
+    (lambda x, w: resize_conv2d(x, w[0], size=4), ValueError, 'weight'),
+    (lambda x, w: resize_conv2d(x, w[:, :1], size=4), ValueError, 'channels'),
+    (lambda x, w: resize_conv2d(x, w, torch.zeros(2), size=4), ValueError, 'bias'),
+    (lambda x, w: resize_conv2d(x, w.double(), size=4), TypeError, 'weight'),
+    (lambda x, w: resize_conv2d(x.long(), w.long(), size=4), TypeError, 'dtype'),
+    (lambda x, w: resize_conv2d(x, w), ValueError, 'size'),
+    (lambda x, w: resize_conv2d(x, w, size=4, scale_factor=2), ValueError, 'size'),
+    (lambda x, w: resize_conv2d(x, w, size=4, mode='cubic'), ValueError, 'mode'),
+    (lambda x, w: resize_conv2d(x, w, size=4, mode='nearest', align_corners=True),
+     ValueError, 'align_corners'),
+    (lambda x, w: resize_conv2d(x, w, size=4, align_corners='yes'), TypeError,
+     'align_corners'),
+    (lambda x, w: resize_conv2d(x, w, size=4, stride=0), ValueError, 'stride'),
+    (lambda x, w: resize_conv2d(x, w, size=4, padding=-1), ValueError, 'padding'),
+    (lambda x, w: resize_conv2d(x, w, size=4, padding='full'), ValueError, 'padding'),
+    (lambda x, w: resize_conv2d(x, w, size=4, dilation=(1, 0)), ValueError, 'dilation'),
+    (lambda x, w: resize_conv2d(x, w, size=4, groups=0), ValueError, 'groups'),
+    (lambda x, w: resize_conv2d(x, w, size=4, groups=1.0), TypeError, 'groups'),
+    (lambda x, w: resize_conv2d(x, w, size=1), ValueError, 'kernel'),
+    (lambda x, w: resize_conv2d_plan(x, w, size=4, grouping='rows'), ValueError, 'grouping'),
+    (lambda x, w: resize_conv2d_plan('x', w, size=4), TypeError, 'input'),
+])
+def test_bad_input_names_the_argument(call, exc, words):
+    x, w, _ = _make((1, 2, 2, 2), 3, cout=3, dtype=torch.float32)
+    with pytest.raises(exc, match=words):
+        call(x, w)
+
+
+# ----------------------------------------------------------------------- MACs
+def _counted_macs(fn):
+    """Convolution multiply-accumulates torch counts (the phase kernels' preparation, a
+    weight-sized product, is not a convolution)."""
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_flop_counts()['Global'][torch.ops.aten.convolution] // 2
+
+
+@pytest.mark.parametrize('grouping', ['footprint', 'union'])
+@pytest.mark.parametrize('s', [2, 3, 4, 8])
+def test_macs_are_what_runs(s, grouping):
+    """The MAC counter agrees with torch's flop counter on both paths."""
+    from mmseg_cann.ops import resize_conv as rc
+    x, w, b = _make((1, 6, 4, 5), 3, cout=5, dtype=torch.float32)
+    kw = dict(size=(4 * s, 5 * s), padding=1)
+    plan = resize_conv2d_plan(x, w, b, grouping=grouping, **kw)
+    assert _counted_macs(lambda: rc._apply(x, w, b, plan)) == plan.macs_polyphase
+    assert _counted_macs(lambda: _composition(x, w, b, **kw)) == plan.macs_direct
+
+
+def test_uperhead_bottleneck_macs():
+    """fpn_bottleneck at 512x1024 input: 4 maps at 128x256, three resized 2x/4x/8x,
+    a 3x3 conv 4*512 -> 512 split per input: 309 G -> 257 G (0.83x)."""
+    w = (512, 512, 3, 3)
+    direct = polyphase = 0
+    ratios = {}
+    for s in (1, 2, 4, 8):
+        d, p = resize_conv2d_macs((1, 512, 128 // s, 256 // s), w, size=(128, 256),
+                                  padding=1)
+        ratios[s] = p / d
+        direct, polyphase = direct + d, polyphase + p
+    assert round(direct / 1e9) == 309
+    # interior taps per axis (2s + 2) / s of 3, plus the border strips
+    for s in (2, 4, 8):
+        assert ((2 * s + 2) / s / 3) ** 2 <= ratios[s] <= ((2 * s + 2) / s / 3) ** 2 + 0.03
+    # 309 G -> 257 G: the interior alone would be 252 G, the border rows and columns
+    # recomputed directly add 2.3% of each resized slice
+    assert round(polyphase / 1e9) == 257 and polyphase / direct < 0.835
+
+
+# ----------------------------------------------------------------------- inference cache
+def test_phase_kernels_follow_weight_updates():
+    """Without autograd the phase kernels are kept per weight; an in-place update, a new
+    ``.data`` and a new weight are all seen."""
+    x, w, b = _make((1, 3, 4, 5), 3, dtype=torch.float32)
+    conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+    kw = dict(size=(16, 20), padding=1)
+    with torch.no_grad():
+        conv.weight.copy_(w)
+        first = resize_conv2d(x, conv.weight, None, **kw)
+        conv.weight.mul_(2)
+        torch.testing.assert_close(resize_conv2d(x, conv.weight, None, **kw), 2 * first)
+        conv.weight.data = -w
+        torch.testing.assert_close(resize_conv2d(x, conv.weight, None, **kw), -first)
+        torch.testing.assert_close(resize_conv2d(x, w, None, **kw), first)
+    y = resize_conv2d(x, conv.weight, None, **kw)  # with autograd: computed, not kept
+    y.sum().backward()
+    assert conv.weight.grad is not None and conv.weight.grad.abs().sum() > 0
+
+
+# ----------------------------------------------------------------------- ONNX
+class _ResizeConv(torch.nn.Module):
+    def __init__(self, factor):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 3, 3, padding=1)
+        self.factor = factor
+
+    def forward(self, x):
+        size = (x.shape[2] * self.factor, x.shape[3] * self.factor)
+        return resize_conv2d(x, self.conv.weight, self.conv.bias, size=size, padding=1)
+
+
+@pytest.mark.parametrize('target', ['onnx', 'atc'])
+def test_onnx_export_runs_in_onnxruntime(target):
+    """The polyphase form exports (Conv, DepthToSpace, Pad, Slice, ...; no Resize) and
+    onnxruntime (and the graph as ATC reads it) reproduces the op."""
+    pytest.importorskip('onnxruntime')
+    from mmseg_cann.onnx import atc_reading, export_onnx
+    from mmseg_cann.onnx.runtime import run_onnx
+    model = _ResizeConv(4).eval()
+    x = torch.randn(1, 4, 5, 7, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = model(x).numpy()
+        direct = _composition(x, model.conv.weight, model.conv.bias, size=(20, 28),
+                              padding=1).numpy()
+    proto = export_onnx(model, x, target=target)
+    ops = {n.op_type for n in proto.graph.node}
+    assert 'DepthToSpace' in ops and 'Conv' in ops and 'Resize' not in ops
+    graphs = [proto] + ([atc_reading(proto)] if target == 'atc' else [])
+    for graph in graphs:
+        got = run_onnx(graph, [x.numpy()])[0]
+        assert got.shape == expected.shape
+        assert abs(got - expected).max() <= 1e-5 * abs(direct).max()
+
+
+def test_phase_kernels_of_weight_slices():
+    """A conv over a concat split per input (``torch.split(weight, ...)``, a new view each
+    call): each slice's kernels are its own and follow updates of the parameter."""
+    x, w, _ = _make((1, 3, 4, 5), 3, dtype=torch.float32)
+    weight = torch.nn.Parameter(torch.cat([w, -2 * w], 1))
+    kw = dict(size=(16, 20), padding=1)
+    with torch.no_grad():
+        for _ in range(2):
+            first, second = torch.split(weight, 3, dim=1)
+            a, b = resize_conv2d(x, first, **kw), resize_conv2d(x, second, **kw)
+            torch.testing.assert_close(b, -2 * a)
+            torch.testing.assert_close(a, _composition(x, w, **kw), rtol=1e-5, atol=1e-5)
+        weight[:, 3:].zero_()
+        assert resize_conv2d(x, torch.split(weight, 3, dim=1)[1], **kw).abs().max() == 0
+
+
+def test_inference_mode_tensors():
+    x, w, b = _make((1, 3, 4, 5), 3, dtype=torch.float32)
+    with torch.inference_mode():
+        xi, wi, bi = x.clone(), w.clone(), b.clone()
+        got = resize_conv2d(xi, wi, bi, size=(8, 10), padding=1)
+    torch.testing.assert_close(got, _composition(x, w, b, size=(8, 10), padding=1))
