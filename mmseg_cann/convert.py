@@ -31,7 +31,7 @@ from torch import nn
 
 from .backends import OPS, check_backend
 from .models import CANNAdaptiveAvgPool2d, CANNAvgPool2d, CANNMaxPool2d, CANNUpsample
-from .fusion import apply_fusion
+from .fusion import apply_fusion, check_options as check_fusion_options
 from .ops.upsample import upsample
 from .core.precision import PrecisionLike, normalize_precision
 
@@ -429,7 +429,7 @@ def convert_model(model: nn.Module, *, upsample: bool = True, pooling: bool = Tr
                   resize: bool = True, pool_precision: Optional[Mapping[str, PrecisionLike]] = None,
                   upsample_precision: PrecisionLike = None, logger=None,
                   fuse_upsample_add: bool = False, lean_predict: bool = False,
-                  backend: Optional[str] = None) -> nn.Module:
+                  backend: Optional[str] = None, fuse_resize_conv: bool = False) -> nn.Module:
     """Replace upsample/pool modules with CANN modules in place; returns ``model``.
 
     Only modules whose exact class is ``nn.Upsample`` (or ``nn.UpsamplingNearest2d`` /
@@ -455,7 +455,11 @@ def convert_model(model: nn.Module, *, upsample: bool = True, pooling: bool = Tr
             of mmseg's FPN neck and UPerHead (per instance; :mod:`mmseg_cann.fusion`).
         lean_predict: a ``predict`` taking labels with :func:`mmseg_cann.ops.upsample_argmax`
             without full-resolution logits (``seg_logits_low`` instead of ``seg_logits``;
-            :mod:`mmseg_cann.fusion`). Undo both with :func:`mmseg_cann.fusion.unfuse_model`.
+            :mod:`mmseg_cann.fusion`).
+        fuse_resize_conv: run the per-pixel linear layer that follows a resize (SegFormer's
+            ``fusion_conv``, ...) at each input's own resolution (per instance; the sites
+            rewritten and skipped are in the report; :mod:`mmseg_cann.fusion.resize_conv`).
+            Undo the fusions with :func:`mmseg_cann.fusion.unfuse_model`.
         backend: the ``backend`` of every CANN module built (``'auto'``, ``'fast'``, ...;
             :mod:`mmseg_cann.backends`; None: ``'auto'``). Routed ``resize()`` calls keep
             ``'auto'``.
@@ -470,6 +474,8 @@ def convert_model(model: nn.Module, *, upsample: bool = True, pooling: bool = Tr
     for key in ('max', 'avg'):  # validated before any module changes
         _pool_precision_entry(pool_precision, key)
     normalize_precision(upsample_precision, 'upsample_precision')
+    check_fusion_options(fuse_upsample_add=fuse_upsample_add, lean_predict=lean_predict,
+                         fuse_resize_conv=fuse_resize_conv)
     if backend is not None:
         for op in OPS:
             check_backend(backend, op)
@@ -479,7 +485,7 @@ def convert_model(model: nn.Module, *, upsample: bool = True, pooling: bool = Tr
     report = converter.report
     if resize:
         report.resize_modules = route_resize()
-    report.fusion = apply_fusion(inner, fuse_upsample_add, lean_predict)
+    report.fusion = apply_fusion(inner, fuse_upsample_add, lean_predict, fuse_resize_conv)
     inner.cann_conversion_report = report
     _log(str(report), logger)
     return model

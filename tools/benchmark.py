@@ -40,6 +40,7 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
+from _bench_resize_conv import cases as resize_conv_cases
 from _bench_roi import cases as roi_cases
 from _common import add_debug, check_output, run
 
@@ -450,6 +451,7 @@ CASES = {c.name: c for c in [
     _inference_case('infer_unet_hrf_slide', 'mmseg::unet/unet-s5-d16_fcn_4xb4-40k_hrf-256x256.py',
                     (2336, 3504), _hrf_overrides),
 ]}
+CASES.update({c.name: c for c in resize_conv_cases(Case)})
 CASES.update({c.name: c for c in roi_cases(Case)})
 SMOKE = {c.name: c for c in [
     _upsample_case('smoke_bilinear2x', (1, 8, 16, 16), (32, 32), 'bilinear'),

@@ -24,7 +24,7 @@ from ..engine.checkpoint import allow_mmengine_checkpoints
 #: CANNOpsHook's keyword arguments and their defaults (what the hook converts with)
 HOOK_DEFAULTS = dict(pool_precision=None, upsample_precision=None, upsample=True,
                      pooling=True, resize=True, fuse_upsample_add=False, lean_predict=False,
-                     backend=None)
+                     backend=None, fuse_resize_conv=False)
 
 
 def cann_settings(cfg) -> dict:
@@ -52,7 +52,7 @@ def convert_for_inference(model: nn.Module, cfg, lean_predict: bool = True) -> n
     convert_model(model, upsample=settings['upsample'], pooling=settings['pooling'],
                   resize=settings['resize'], fuse_upsample_add=settings['fuse_upsample_add'],
                   lean_predict=lean_predict or settings['lean_predict'],
-                  backend=settings['backend'])
+                  backend=settings['backend'], fuse_resize_conv=settings['fuse_resize_conv'])
     return model
 
 

@@ -14,6 +14,7 @@ from mmengine.hooks import Hook
 
 from ..backends import OPS, check_backend
 from ..convert import convert_model, unwrap_model
+from ..fusion import check_options as check_fusion_options
 from ..core.precision import PrecisionLike, set_precision_policy
 from ..models.registry import register_once
 from ..utils.environment import npu_jit_compile_warning
@@ -28,7 +29,8 @@ class CANNOpsHook(Hook):
             precision policy for the run (None keeps the current policy).
         upsample_precision: the policy's ``upsample`` entry (None keeps it).
         upsample, pooling, resize: what :func:`mmseg_cann.convert_model` converts.
-        fuse_upsample_add, lean_predict: its opt-in fusions (:mod:`mmseg_cann.fusion`).
+        fuse_upsample_add, lean_predict, fuse_resize_conv: its opt-in fusions
+            (:mod:`mmseg_cann.fusion`; each applies to training and to inference).
         backend: the backend of the CANN modules (``'auto'``, ``'fast'``, ...); None
             (the default) builds new modules with ``'auto'`` and leaves the backend of
             CANN modules built by the config as it is.
@@ -45,13 +47,16 @@ class CANNOpsHook(Hook):
     def __init__(self, pool_precision: Optional[Mapping[str, PrecisionLike]] = None,
                  upsample_precision: PrecisionLike = None, upsample: bool = True,
                  pooling: bool = True, resize: bool = True, fuse_upsample_add: bool = False,
-                 lean_predict: bool = False, backend: Optional[str] = None) -> None:
+                 lean_predict: bool = False, backend: Optional[str] = None,
+                 fuse_resize_conv: bool = False) -> None:
         from ..core.precision import PrecisionPolicy
         # validate now, so a bad config fails when the hook is built
         PrecisionPolicy().updated(pool_precision, upsample_precision)
         if backend is not None:
             for op in OPS:
                 check_backend(backend, op)
+        check_fusion_options(fuse_upsample_add=fuse_upsample_add, lean_predict=lean_predict,
+                             fuse_resize_conv=fuse_resize_conv)
         self.pool_precision = dict(pool_precision) if pool_precision is not None else None
         self.upsample_precision = upsample_precision
         self.upsample = upsample
@@ -59,6 +64,7 @@ class CANNOpsHook(Hook):
         self.resize = resize
         self.fuse_upsample_add = fuse_upsample_add
         self.lean_predict = lean_predict
+        self.fuse_resize_conv = fuse_resize_conv
         self.backend = backend
         self.report = None
         allow_mmengine_checkpoints()
@@ -74,7 +80,7 @@ class CANNOpsHook(Hook):
         convert_model(runner.model, upsample=self.upsample, pooling=self.pooling,
                       resize=self.resize, logger=runner.logger,
                       fuse_upsample_add=self.fuse_upsample_add, lean_predict=self.lean_predict,
-                      backend=self.backend)
+                      backend=self.backend, fuse_resize_conv=self.fuse_resize_conv)
         self.report = model.cann_conversion_report
 
     def _warn_environment(self, runner) -> None:

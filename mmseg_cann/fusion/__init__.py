@@ -1,6 +1,6 @@
 """Opt-in use of the fused decoder ops inside real mmseg models (per model instance).
 
-Two rewrites, each applied by binding a replacement method on the module objects found
+Three rewrites, each applied by binding a replacement method on the module objects found
 in one model (never by editing mmseg's classes, so other models in the process are
 untouched) and undone by :func:`unfuse_model`:
 
@@ -42,46 +42,29 @@ untouched) and undone by :func:`unfuse_model`:
     place; the labels are the argmax of those logits (cropped and un-flipped), through
     ``upsample_argmax`` when ``ori_shape`` differs. Labels equal mmseg's; the samples
     carry ``pred_sem_seg`` only (no ``seg_logits``).
+
+``fuse_resize_conv`` (:func:`fuse_resize_conv`, :mod:`.resize_conv`)
+    The per-pixel linear layer after a resize (SegFormer's ``fusion_conv``, LightHam's
+    ``squeeze``, UNet's ``InterpConv``, SETR's ``cls_seg``, ...) runs at each input's own
+    resolution and the results are summed with ``upsample_add``: exact in arithmetic,
+    within float32 rounding of the unrewritten model (docs/resize_conv.md).
 """
 from __future__ import annotations
 
-import dataclasses
-import types
 from typing import List
 
 import torch
 from torch import nn
 import torch.nn.functional as F
 
-from .core import geometry as geo
-from .ops.fused import upsample_add, upsample_argmax
-from .ops.upsample import upsample
-from .strips import strip_execution
+from ..core import geometry as geo
+from ..ops.fused import upsample_add, upsample_argmax
+from ..ops.upsample import upsample
+from ..strips import strip_execution
+from ._common import FusionReport, _bind
+from .resize_conv import SITES
+from .rewrite import all_sites, fuse_resize_conv
 
-
-
-@dataclasses.dataclass
-class FusionReport:
-    """What :func:`fuse_upsample_add` / :func:`lean_predict` rewrote, by module path."""
-    upsample_add: List[str] = dataclasses.field(default_factory=list)
-    lean_predict: List[str] = dataclasses.field(default_factory=list)
-    skipped: List[str] = dataclasses.field(default_factory=list)
-
-    def __str__(self) -> str:
-        lines = []
-        if self.upsample_add:
-            lines.append(f'  upsample_add fused in {len(self.upsample_add)} top-down path(s): '
-                         + ', '.join(self.upsample_add))
-        if self.lean_predict:
-            lines.append('  lean predict (upsample_argmax) on: ' + ', '.join(self.lean_predict))
-        for item in self.skipped:
-            lines.append(f'  not fused: {item}')
-        return '\n'.join(lines)
-
-
-def _bind(module: nn.Module, name: str, fn) -> None:
-    setattr(module, name, types.MethodType(fn, module))
-    module._cann_fused = tuple(sorted(set(getattr(module, '_cann_fused', ())) | {name}))
 
 
 # ----------------------------------------------------------------------------------
@@ -361,6 +344,7 @@ def lean_predict(model: nn.Module, keep_logits: bool = False,
 
 
 def unfuse_model(model: nn.Module) -> List[str]:
+    # (every rewrite binds through ``_bind``, which records the names in ``_cann_fused``)
     """Remove every method bound by this module from ``model``; returns the module paths."""
     undone = []
     for path, module in model.named_modules():
@@ -373,14 +357,27 @@ def unfuse_model(model: nn.Module) -> List[str]:
     return undone
 
 
-def apply_fusion(model: nn.Module, fuse_add: bool = False, lean: bool = False) -> FusionReport:
-    """The options of :func:`mmseg_cann.convert_model`: validate and apply; the report."""
-    for name, value in (('fuse_upsample_add', fuse_add), ('lean_predict', lean)):
+def check_options(**options) -> None:
+    """Raise ``TypeError`` naming the option unless every value is True or False (the
+    fusion switches of ``convert_model``, ``CANNOpsHook`` and the config)."""
+    for name, value in options.items():
         if not isinstance(value, bool):
             raise TypeError(f'{name} must be True or False, got {value!r}')
+
+
+def apply_fusion(model: nn.Module, fuse_add: bool = False, lean: bool = False,
+                 resize_conv: bool = False) -> FusionReport:
+    """The options of :func:`mmseg_cann.convert_model`: validate and apply; the report."""
+    check_options(fuse_upsample_add=fuse_add, lean_predict=lean, fuse_resize_conv=resize_conv)
     report = FusionReport()
     if fuse_add:
         fuse_upsample_add(model, report)
+    if resize_conv:
+        fuse_resize_conv(model, report)
     if lean:
         lean_predict(model, report=report)
     return report
+
+
+__all__ = ['FusionReport', 'SITES', 'all_sites', 'apply_fusion', 'check_options', 'fuse_resize_conv',
+           'fuse_upsample_add', 'is_lean', 'lean_predict', 'unfuse_model']

@@ -1,0 +1,309 @@
+"""Benchmark cases of ``fuse_resize_conv`` (``tools/benchmark.py`` runs them) and the
+multiply-accumulate counts per site.
+
+Each case builds one of mmseg's own models from its config (random weights, ``SyncBN`` built
+as ``BN``, batch 1, CPU) and times it unrewritten ("eager") against a deep copy rewritten
+by :func:`mmseg_cann.fusion.fuse_resize_conv`, in one process; ``tools/benchmark.py``
+reports the ratios of time and of peak extra memory. Resize routing stays off (both
+models run mmseg's own ``resize``).
+
+Usage::
+
+    python tools/benchmark.py --cases resize_conv_segformer_b0_512 ... --no-compile
+    python tools/_bench_resize_conv.py [--models segformer_b0 ...] [--json OUT]
+    NUMBA_NUM_THREADS=1 python tools/_bench_resize_conv.py --cpu-time 5
+
+The second form prints the multiply-accumulates (MACs) of one forward pass, whole model,
+decode head and the rewritten site, unrewritten and rewritten, counted from the aten calls
+(:func:`count_macs`: convolutions and linear layers with ``torch.utils.flop_counter``'s
+formulas, MACs = FLOPs / 2; attention products, interpolation and element-wise ops are not
+counted). The head is the whole model minus ``extract_feat`` (backbone and neck); the
+unrewritten site is its convolution's count; a rewritten site's convolutions run inside
+its head's ``forward``, so its count is the rewritten head's minus what the head spends
+outside the site (the same in both models). The third form measures one-thread process
+CPU time instead (robust on a machine shared with other work, where multi-threaded wall
+time is not; :func:`cpu_time_ratios`).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+from mmseg_cann.fusion import fuse_resize_conv
+
+#: name -> (mmseg config, input (H, W), the site's module path in the unrewritten model)
+MODELS = {
+    'segformer_b0': ('mmseg::segformer/segformer_mit-b0_8xb2-160k_ade20k-512x512.py',
+                     (512, 512), 'decode_head.fusion_conv'),
+    'segformer_b2': ('mmseg::segformer/segformer_mit-b2_8xb1-160k_cityscapes-1024x1024.py',
+                     (1024, 1024), 'decode_head.fusion_conv'),
+    'upernet_r50': ('mmseg::upernet/upernet_r50_4xb2-40k_cityscapes-512x1024.py',
+                    (512, 1024), 'decode_head.fpn_bottleneck'),
+}
+
+
+def build(base: str, train: bool = False):
+    """(unrewritten, rewritten) segmentors of mmseg config ``base``: random weights
+    (seeded), ``SyncBN`` as ``BN``, no pretrained download; eval mode unless ``train``."""
+    from mmengine.config import Config
+    from mmengine.logging import MMLogger
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS as REGISTRY
+
+    from mmseg_cann.utils.config import sync_bn_to_bn
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, 'cfg.py')
+        with open(path, 'w') as f:
+            f.write(f"_base_ = '{base}'\n")
+        cfg = Config.fromfile(path)
+    init_default_scope('mmseg')
+    sync_bn_to_bn(cfg.model)
+    cfg.model.pretrained = None
+    cfg.model.backbone.pop('init_cfg', None)
+    torch.manual_seed(0)
+    model = REGISTRY.build(cfg.model)
+    logger = MMLogger.get_current_instance()
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # init_weights logs every parameter
+    try:
+        model.init_weights()
+    finally:
+        logger.setLevel(level)
+    model.train(train)
+    fused = copy.deepcopy(model)
+    report = fuse_resize_conv(fused)
+    if not report.resize_conv:
+        raise RuntimeError(f'no site rewritten in {base}: {report}')
+    return model, fused
+
+
+def _image(hw, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn((1, 3) + tuple(hw), generator=g)
+
+
+def forward_case(case_cls, name: str, model: str, repeats: int = 3):
+    """One forward pass (``mode='tensor'``: the decoder's logits) of ``MODELS[model]``."""
+    base, hw, _ = MODELS[model]
+    state = {}
+
+    def make(device):
+        plain, fused = build(base)
+        state.update(plain=plain.to(device), fused=fused.to(device))
+        return (_image(hw).to(device),)
+
+    def run(key):
+        def forward(x):
+            with torch.no_grad():
+                return state[key](x, mode='tensor')
+        return forward
+    return case_cls(name, make, run('plain'), {'fuse_resize_conv': run('fused')},
+                    compile=False, repeats=repeats)
+
+
+def train_step_case(case_cls, name: str, model: str, num_classes: int = 150,
+                    repeats: int = 3):
+    """One training step (forward, loss, backward, SGD step) at batch 1 of random labels."""
+    base, hw, _ = MODELS[model]
+    state = {}
+
+    def make(device):
+        from mmengine.structures import PixelData
+        from mmseg.structures import SegDataSample
+        plain, fused = build(base, train=True)
+        state.update(plain=plain.to(device), fused=fused.to(device))
+        state['optim'] = {k: torch.optim.SGD(state[k].parameters(), lr=1e-4)
+                          for k in ('plain', 'fused')}
+        g = torch.Generator().manual_seed(1)
+        sample = SegDataSample(metainfo=dict(img_shape=hw, ori_shape=hw, pad_shape=hw))
+        sample.gt_sem_seg = PixelData(data=torch.randint(0, num_classes, (1,) + hw,
+                                                         generator=g).to(device))
+        state['samples'] = [sample]
+        return (_image(hw).to(device),)
+
+    def run(key):
+        def step(x):
+            model, optim = state[key], state['optim'][key]
+            with torch.enable_grad():
+                losses = model.loss(x, state['samples'])
+                loss = sum(v for k, v in losses.items() if 'loss' in k)
+                optim.zero_grad()
+                loss.backward()
+                optim.step()
+            return loss.detach()
+        return step
+    return case_cls(name, make, run('plain'), {'fuse_resize_conv': run('fused')},
+                    compile=False, repeats=repeats)
+
+
+def cases(case_cls) -> list:
+    """The benchmark cases (``tools/benchmark.py`` passes its ``Case`` class)."""
+    return [
+        forward_case(case_cls, 'resize_conv_segformer_b0_512', 'segformer_b0', repeats=5),
+        forward_case(case_cls, 'resize_conv_segformer_b2_1024', 'segformer_b2', repeats=3),
+        forward_case(case_cls, 'resize_conv_upernet_r50_512x1024', 'upernet_r50', repeats=2),
+        train_step_case(case_cls, 'resize_conv_train_segformer_b0_512', 'segformer_b0'),
+    ]
+
+
+#: the aten ops counted: convolutions and linear layers (attention products are not)
+COUNTED = ('convolution', 'addmm', 'mm')
+
+
+def count_macs(fn, *args) -> float:
+    """Conv + linear MACs of ``fn(*args)`` (no gradient), from the aten calls it makes
+    (FLOP formulas of ``torch.utils.flop_counter``; MACs = FLOPs / 2). A dispatch mode,
+    not ``FlopCounterMode``: that one tracks modules with global module hooks, with
+    which the rewritten sites run unrewritten (hooks must see every module call)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    class Counter(TorchDispatchMode):
+        macs = 0.0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            packet = func._overloadpacket
+            if packet.__name__ in COUNTED and packet in flop_registry:
+                Counter.macs += flop_registry[packet](*args, **kwargs, out_val=out) / 2
+            return out
+    with torch.no_grad(), Counter():
+        fn(*args)
+    return Counter.macs
+
+
+def _conv_macs(model, path: str, x) -> float:
+    """MACs of the convolution at ``path`` in one forward of the unrewritten ``model``."""
+    module = model.get_submodule(path)
+    conv = getattr(module, 'conv', module)
+    shapes = []
+    handle = conv.register_forward_hook(lambda m, i, o: shapes.append(o.shape))
+    try:
+        with torch.no_grad():
+            model(x, mode='tensor')
+    finally:
+        handle.remove()
+    n, c_out, h, w = shapes[0]
+    kh, kw = conv.kernel_size
+    return float(n * c_out * h * w * conv.in_channels // conv.groups * kh * kw)
+
+
+def site_macs(model: str) -> dict:
+    """Whole-model, decode-head and site MACs, unrewritten and rewritten."""
+    base, hw, site = MODELS[model]
+    plain, fused = build(base)
+    x = _image(hw)
+    whole_a = count_macs(lambda t: plain(t, mode='tensor'), x)
+    whole_b = count_macs(lambda t: fused(t, mode='tensor'), x)
+    features = count_macs(plain.extract_feat, x)  # backbone + neck: the same in both
+    head_a, head_b = whole_a - features, whole_b - features
+    site_a = _conv_macs(plain, site, x)
+    site_b = head_b - (head_a - site_a)
+    return dict(model=model, config=base, input=hw, site=site, whole=(whole_a, whole_b),
+                decode_head=(head_a, head_b), site_macs=(site_a, site_b))
+
+
+def cpu_seconds(fn, x, rounds: int) -> float:
+    """Median process CPU time of ``fn(x)`` over ``rounds`` calls after one warm-up."""
+    fn(x)
+    times = []
+    for _ in range(rounds):
+        start = time.process_time()
+        fn(x)
+        times.append(time.process_time() - start)
+    return statistics.median(times)
+
+
+def cpu_time_ratios(model: str, rounds: int, train: bool = False) -> dict:
+    """Process CPU time of one forward (or training step), unrewritten and rewritten,
+    alternating the two ``rounds`` times. Run with one thread (``--cpu-time`` sets it):
+    the CPU time of one thread does not depend on what else runs on a shared machine,
+    where wall time of a multi-threaded call does (barrier waits)."""
+    base, hw, _ = MODELS[model]
+    x = _image(hw)
+    if not train:
+        plain, fused = build(base)
+
+        def run(m):
+            def forward(t):
+                with torch.no_grad():
+                    return m(t, mode='tensor')
+            return forward
+        runs = {'plain': run(plain), 'fused': run(fused)}
+    else:
+        from mmengine.structures import PixelData
+        from mmseg.structures import SegDataSample
+        plain, fused = build(base, train=True)
+        g = torch.Generator().manual_seed(1)
+        sample = SegDataSample(metainfo=dict(img_shape=hw, ori_shape=hw, pad_shape=hw))
+        sample.gt_sem_seg = PixelData(data=torch.randint(0, 150, (1,) + hw, generator=g))
+
+        def run(m):
+            optim = torch.optim.SGD(m.parameters(), lr=1e-4)
+
+            def step(t):
+                losses = m.loss(t, [sample])
+                loss = sum(v for k, v in losses.items() if 'loss' in k)
+                optim.zero_grad()
+                loss.backward()
+                optim.step()
+            return step
+        runs = {'plain': run(plain), 'fused': run(fused)}
+    seconds = {'plain': [], 'fused': []}
+    for _ in range(rounds):
+        for key, fn in runs.items():
+            seconds[key].append(cpu_seconds(fn, x, 1))
+    plain_s, fused_s = (statistics.median(seconds[k]) for k in ('plain', 'fused'))
+    return dict(model=model, input=hw, step='train' if train else 'forward',
+                plain_s=plain_s, fused_s=fused_s, ratio=fused_s / plain_s)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description='MACs per fuse_resize_conv site')
+    parser.add_argument('--models', nargs='+', default=list(MODELS), choices=list(MODELS))
+    parser.add_argument('--json', help='write the rows as JSON to this file')
+    parser.add_argument('--cpu-time', type=int, metavar='ROUNDS',
+                        help='instead: one-thread process CPU time of a forward (and of a '
+                             'training step of segformer_b0), median of ROUNDS')
+    args = parser.parse_args(argv)
+    if args.cpu_time:
+        torch.set_num_threads(1)
+        rows = [cpu_time_ratios(m, args.cpu_time) for m in args.models]
+        if 'segformer_b0' in args.models:
+            rows.append(cpu_time_ratios('segformer_b0', args.cpu_time, train=True))
+        print('| model, input | step | unrewritten s | rewritten s | ratio |')
+        print('|---|---|---:|---:|---:|')
+        for r in rows:
+            print(f"| {r['model']} {r['input'][0]}x{r['input'][1]} | {r['step']} | "
+                  f"{r['plain_s']:.2f} | {r['fused_s']:.2f} | {r['ratio']:.3f} |")
+        if args.json:
+            with open(args.json, 'w') as f:
+                json.dump(rows, f, indent=1)
+        return 0
+    rows = [site_macs(m) for m in args.models]
+    print('| model, input | site | whole model | decode head | site |')
+    print('|---|---|---:|---:|---:|')
+    g = 1e9
+    for r in rows:
+        cells = [f'{p / g:.2f} G -> {f / g:.2f} G ({f / p:.2f}x)'
+                 for p, f in (r['whole'], r['decode_head'], r['site_macs'])]
+        print(f"| {r['model']} {r['input'][0]}x{r['input'][1]} | {r['site']} | "
+              + ' | '.join(cells) + ' |')
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
