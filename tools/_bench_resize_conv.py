@@ -29,14 +29,12 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import logging
-import os
 import statistics
 import sys
-import tempfile
 import time
 
 import torch
+from _common import build_segmentor
 
 from mmseg_cann.fusion import fuse_resize_conv
 
@@ -54,30 +52,7 @@ MODELS = {
 def build(base: str, train: bool = False):
     """(unrewritten, rewritten) segmentors of mmseg config ``base``: random weights
     (seeded), ``SyncBN`` as ``BN``, no pretrained download; eval mode unless ``train``."""
-    from mmengine.config import Config
-    from mmengine.logging import MMLogger
-    from mmengine.registry import init_default_scope
-    from mmseg.registry import MODELS as REGISTRY
-
-    from mmseg_cann.utils.config import sync_bn_to_bn
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, 'cfg.py')
-        with open(path, 'w') as f:
-            f.write(f"_base_ = '{base}'\n")
-        cfg = Config.fromfile(path)
-    init_default_scope('mmseg')
-    sync_bn_to_bn(cfg.model)
-    cfg.model.pretrained = None
-    cfg.model.backbone.pop('init_cfg', None)
-    torch.manual_seed(0)
-    model = REGISTRY.build(cfg.model)
-    logger = MMLogger.get_current_instance()
-    level = logger.level
-    logger.setLevel(logging.WARNING)  # init_weights logs every parameter
-    try:
-        model.init_weights()
-    finally:
-        logger.setLevel(level)
+    model = build_segmentor(base)
     model.train(train)
     fused = copy.deepcopy(model)
     report = fuse_resize_conv(fused)

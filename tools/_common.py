@@ -246,3 +246,40 @@ def resolve_device(name: str):
             raise UserError('torch_npu is installed but no NPU is available (see '
                             'tools/env_check.py)')
     return torch.device(name)
+
+
+def build_segmentor(base: str, overrides=None):
+    """An mmseg segmentor from config ``base`` (``mmseg::...`` or a path) for benchmarks:
+    ``SyncBN`` as ``BN``, no pretrained download, ``overrides(cfg)`` applied, mmseg's
+    seeded initialisation (its per-parameter log lines silenced), in eval mode."""
+    import logging
+    import tempfile
+
+    import torch
+    from mmengine.config import Config
+    from mmengine.logging import MMLogger
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS
+
+    from mmseg_cann.utils.config import sync_bn_to_bn
+    with tempfile.TemporaryDirectory() as tmp:
+        path = osp.join(tmp, 'cfg.py')
+        with open(path, 'w') as f:
+            f.write(f"_base_ = '{base}'\n")
+        cfg = Config.fromfile(path)
+    init_default_scope('mmseg')
+    sync_bn_to_bn(cfg.model)
+    cfg.model.pretrained = None
+    cfg.model.backbone.pop('init_cfg', None)
+    if overrides is not None:
+        overrides(cfg)
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    logger = MMLogger.get_current_instance()
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        model.init_weights()
+    finally:
+        logger.setLevel(level)
+    return model.eval()

@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from _bench_resize_conv import cases as resize_conv_cases
 from _bench_roi import cases as roi_cases
-from _common import add_debug, check_output, run
+from _common import add_debug, build_segmentor, check_output, run
 
 import mmseg_cann
 from mmseg_cann.backends import fused as fused_backend
@@ -233,32 +233,6 @@ def _pspnet_case(name, hw):
     return Case(name, make, eager, {'mmseg_cann converted': converted}, compile=False)
 
 
-def _build_segmentor(base: str, overrides: Callable[[object], None]):
-    """An mmseg segmentor from ``mmseg::`` config ``base`` (BN for SyncBN, no pretrained
-    download), with ``overrides(cfg)`` applied, in eval mode with mmseg's seeded init."""
-    import tempfile
-
-    from mmengine.config import Config
-    from mmengine.registry import init_default_scope
-    from mmseg.registry import MODELS
-
-    from mmseg_cann.utils.config import sync_bn_to_bn
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, 'cfg.py')
-        with open(path, 'w') as f:
-            f.write(f"_base_ = '{base}'\n")
-        cfg = Config.fromfile(path)
-    init_default_scope('mmseg')
-    sync_bn_to_bn(cfg.model)
-    cfg.model.pretrained = None
-    cfg.model.backbone.pop('init_cfg', None)
-    overrides(cfg)
-    torch.manual_seed(0)
-    model = MODELS.build(cfg.model)
-    model.init_weights()
-    return model.eval()
-
-
 def _api_segmentors(base: str, overrides: Callable[[object], None], device: torch.device):
     """The public API path: ``mmseg.apis.init_model`` (SyncBN reverted to mmengine's
     ``_BatchNormXd`` on CPU, as ``MMSegInferencer`` does) and ``mmseg_cann.apis.init_model``
@@ -336,7 +310,7 @@ def _train_step_case(name, config=DEMO_CONFIG, shape=(4, 3, 64, 64), num_classes
     def make(d):
         from mmengine.structures import PixelData
         from mmseg.structures import SegDataSample
-        model = _build_segmentor(os.path.join(REPO_ROOT, config), lambda cfg: None).to(d)
+        model = build_segmentor(os.path.join(REPO_ROOT, config), lambda cfg: None).to(d)
         for b in ('auto', 'fast'):
             state[b] = mmseg_cann.convert_model(copy.deepcopy(model), resize=False,
                                                 backend=b).train()

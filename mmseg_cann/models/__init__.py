@@ -14,4 +14,5 @@ from .upsample import CANNUpsample
 
 register_modules()
 
-__all__ = ['CANNUpsample', 'CANNMaxPool2d', 'CANNAvgPool2d', 'CANNAdaptiveAvgPool2d']
+__all__ = ['CANNUpsample', 'CANNMaxPool2d', 'CANNAvgPool2d', 'CANNAdaptiveAvgPool2d',
+           'CANNRoIPool2d']
