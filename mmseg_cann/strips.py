@@ -75,9 +75,9 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 from torch import nn
-from torch.nn.modules import module as _torch_module
 
 from .core.geometry import same_padding
+from .utils.module_hooks import global_hooks_registered, has_hooks
 
 #: A stage is split into strips when its widest activation would exceed this.
 STRIP_ACTIVATION_BYTES = 8 * 2**20
@@ -247,7 +247,7 @@ def _rule(cls: type) -> Optional[_Rule]:
     return rule
 
 
-def _is_patch(module: nn.Module, forward) -> bool:
+def is_strip_patch(module: nn.Module, forward) -> bool:
     """``forward`` is :func:`strip_execution`'s patch of ``module``."""
     return isinstance(forward, types.MethodType) and forward.__self__ is module \
         and forward.__func__ is _forward_in_strips
@@ -258,26 +258,15 @@ def _known(module: nn.Module) -> Optional[_Rule]:
     (an instance ``forward`` is allowed only as the strip patch, or as its own class's
     ``forward`` bound to it: what an unpickled patched stage holds)."""
     own = module.__dict__.get('forward')
-    if own is not None and not _is_patch(module, own) and not (
+    if own is not None and not is_strip_patch(module, own) and not (
             isinstance(own, types.MethodType) and own.__self__ is module
             and own.__func__ is type(module).forward):
         return None
     return _rule(type(module))
 
 
-def _hooked(module: nn.Module) -> bool:
-    return bool(module._forward_hooks or module._forward_pre_hooks
-                or module._backward_hooks or module._backward_pre_hooks)
-
-
-def _global_hooks() -> bool:
-    return bool(_torch_module._global_forward_hooks or _torch_module._global_forward_pre_hooks
-                or _torch_module._global_backward_hooks
-                or _torch_module._global_backward_pre_hooks)
-
-
 def _row_local(module: nn.Module, inside: bool) -> bool:
-    if inside and _hooked(module):
+    if inside and has_hooks(module):
         return False  # its hooks would see partial tensors, once per strip
     rule = _known(module)
     if rule is None:
@@ -412,7 +401,7 @@ def _strip_plan(stage: nn.Module, args, kwargs) -> Optional[Tuple[int, int, int]
     x = args[0]
     if type(x) is not torch.Tensor or x.dim() != 4 or x.device.type != 'cpu' \
             or x.layout is not torch.strided or not x.is_floating_point() \
-            or torch.is_grad_enabled() or _global_hooks() or not is_row_local(stage) \
+            or torch.is_grad_enabled() or global_hooks_registered() or not is_row_local(stage) \
             or _first_op_in_place(stage):
         return None
     strips = math.ceil(_widest_bytes(stage, x) / STRIP_ACTIVATION_BYTES)
@@ -432,7 +421,7 @@ def _forward_in_strips(self, *args, **kwargs):
         return forward(self, *args, **kwargs)
     if self not in _ACTIVE:
         # a copy of a patched stage (deepcopy inside the block): not split, unpatched
-        if _is_patch(self, self.__dict__.get('forward')):
+        if is_strip_patch(self, self.__dict__.get('forward')):
             del self.__dict__['forward']
         return forward(self, *args, **kwargs)
     plan = _strip_plan(self, args, kwargs)
@@ -472,7 +461,7 @@ def strip_execution(root: nn.Module):
     try:
         with _LOCK:
             for module in root.modules():
-                if module not in _ACTIVE and _is_patch(module, module.__dict__.get('forward')):
+                if module not in _ACTIVE and is_strip_patch(module, module.__dict__.get('forward')):
                     del module.__dict__['forward']  # copied from a patched stage
             for stage in row_local_stages(root):
                 if stage not in _ACTIVE:
@@ -486,5 +475,5 @@ def strip_execution(root: nn.Module):
                 held = _ACTIVE.pop(stage, 1) - 1
                 if held:
                     _ACTIVE[stage] = held
-                elif _is_patch(stage, stage.__dict__.get('forward')):
+                elif is_strip_patch(stage, stage.__dict__.get('forward')):
                     del stage.__dict__['forward']

@@ -379,5 +379,5 @@ def apply_fusion(model: nn.Module, fuse_add: bool = False, lean: bool = False,
     return report
 
 
-__all__ = ['FusionReport', 'SITES', 'all_sites', 'apply_fusion', 'check_options', 'fuse_resize_conv',
-           'fuse_upsample_add', 'is_lean', 'lean_predict', 'unfuse_model']
+__all__ = ['FusionReport', 'SITES', 'all_sites', 'apply_fusion', 'check_options',
+           'fuse_resize_conv', 'fuse_upsample_add', 'is_lean', 'lean_predict', 'unfuse_model']

@@ -27,7 +27,6 @@ import torch.nn.functional as F
 
 from ..ops.fused import upsample_add
 from ..ops.resize_conv import resize_conv2d
-from ..strips import _global_hooks
 from . import resize_conv as rc
 from ._common import Site
 
@@ -81,7 +80,7 @@ def bottleneck_over_resized(cm, maps, mode, align_corners):
 def _uper_forward_feature(self, inputs):
     """``UPerHead._forward_feature`` with the top-down adds fused and ``fpn_bottleneck``
     as a sum of polyphase convolutions of the low-resolution FPN outputs."""
-    reason = rc._first(_uper_reason(self), 'global module hooks' if _global_hooks() else None)
+    reason = rc._first(_uper_reason(self), rc._global_hooks_reason())
     if reason is not None:
         return rc._unfused(self, '_forward_feature', reason, inputs)
     inputs = self._transform_inputs(inputs)

@@ -54,7 +54,8 @@ from torch import nn
 
 from ..ops.fused import upsample_add
 from ..ops.upsample import upsample
-from ..strips import _global_hooks, _hooked, _is_patch
+from ..strips import is_strip_patch
+from ..utils.module_hooks import global_hooks_registered, has_hooks
 from ..utils import record_fallback
 from ._common import Site
 
@@ -76,6 +77,11 @@ def _first(*reasons) -> Optional[str]:
     return None
 
 
+def _global_hooks_reason() -> Optional[str]:
+    """Why no site runs rewritten while global module hooks are registered."""
+    return 'global module hooks' if global_hooks_registered() else None
+
+
 def _base(module):
     """The module itself where ``torch.export`` (non-strict) hands out a proxy of it (a
     generated subclass whose attributes read the real module's)."""
@@ -95,9 +101,9 @@ def _as_built(module, classes, what: str) -> Optional[str]:
                 + ' or '.join(c.__name__ for c in classes))
     for key, value in module.__dict__.items():
         if hasattr(type(module), key) and callable(value) and not isinstance(value, nn.Module) \
-                and not (key == 'forward' and _is_patch(module, value)):
+                and not (key == 'forward' and is_strip_patch(module, value)):
             return f'{what} has {key} set on the instance'
-    if _hooked(module):
+    if has_hooks(module):
         return f'{what} has hooks (they would not see its full-resolution tensors)'
     return None
 
@@ -270,7 +276,7 @@ def _segformer_reason(head):
 
 def _segformer_forward(self, inputs):
     """``SegformerHead.forward`` with ``fusion_conv``'s conv at each input's resolution."""
-    reason = _first(_segformer_reason(self), 'global module hooks' if _global_hooks() else None)
+    reason = _first(_segformer_reason(self), _global_hooks_reason())
     if reason is not None:
         return _unfused(self, 'forward', reason, inputs)
     inputs = self._transform_inputs(inputs)
@@ -293,7 +299,7 @@ def _ham_reason(head):
 
 def _ham_forward(self, inputs):
     """``LightHamHead.forward`` with ``squeeze``'s conv at each input's resolution."""
-    reason = _first(_ham_reason(self), 'global module hooks' if _global_hooks() else None)
+    reason = _first(_ham_reason(self), _global_hooks_reason())
     if reason is not None:
         return _unfused(self, 'forward', reason, inputs)
     inputs = self._transform_inputs(inputs)
@@ -319,7 +325,7 @@ def _fcn_reason(head):
 def _fcn_forward(self, inputs):
     """``FCNHead.forward`` (``resize_concat``) with ``convs[0]``'s conv at each input's
     resolution."""
-    reason = _first(_fcn_reason(self), 'global module hooks' if _global_hooks() else None)
+    reason = _first(_fcn_reason(self), _global_hooks_reason())
     if reason is not None:
         return _unfused(self, 'forward', reason, inputs)
     xs = [inputs[i] for i in self.in_index]
@@ -342,7 +348,7 @@ def _lraspp_reason(head):
 def _lraspp_forward(self, inputs):
     """``LRASPPHead.forward`` with each ``conv_ups[i]``'s conv on the low-resolution ``x``
     and on the lateral at its own resolution."""
-    reason = _first(_lraspp_reason(self), 'global module hooks' if _global_hooks() else None)
+    reason = _first(_lraspp_reason(self), _global_hooks_reason())
     if reason is not None:
         return _unfused(self, 'forward', reason, inputs)
     inputs = self._transform_inputs(inputs)
@@ -380,7 +386,7 @@ def _interp_reason(module):
 
 def _interp_forward(self, x):
     """``InterpConv.forward`` with the 1x1 conv before the upsample, norm/act after it."""
-    reason = _first(_interp_reason(self), 'global module hooks' if _global_hooks() else None,
+    reason = _first(_interp_reason(self), _global_hooks_reason(),
                     None if _tensors([x]) else 'input is not a 4-D floating tensor')
     if reason is not None:
         return _unfused(self, 'forward', reason, x)
@@ -401,7 +407,7 @@ def _fusion_block_reason(block):
 def _fusion_block_forward(self, *inputs):
     """DPT ``FeatureFusionBlock.forward`` with ``project``'s conv before the x2 resize."""
     reason = _first(_fusion_block_reason(self),
-                    'global module hooks' if _global_hooks() else None,
+                    _global_hooks_reason(),
                     None if inputs and _tensors(inputs) else 'inputs are not 4-D floating tensors')
     if reason is not None:
         return _unfused(self, 'forward', reason, *inputs)
@@ -438,7 +444,7 @@ def _mla_reason(head):
 def _mla_forward(self, inputs):
     """``SETRMLAHead.forward`` with ``cls_seg`` (dropout + 1x1) before the upsample: the
     up_convs' maps are concatenated at their common low resolution and upsampled once."""
-    reason = _first(_mla_reason(self), 'global module hooks' if _global_hooks() else None)
+    reason = _first(_mla_reason(self), _global_hooks_reason())
     if reason is not None:
         return _unfused(self, 'forward', reason, inputs)
     inputs = self._transform_inputs(inputs)
@@ -475,7 +481,7 @@ def _channel_mask(head, like):
 def _fpn_head_forward(self, inputs):
     """``FPNHead.forward`` with ``cls_seg`` (channel dropout + 1x1) applied to each scale
     head's map before its last upsample; the class maps are summed at full size."""
-    reason = _first(_fpn_head_reason(self), 'global module hooks' if _global_hooks() else None)
+    reason = _first(_fpn_head_reason(self), _global_hooks_reason())
     if reason is not None:
         return _unfused(self, 'forward', reason, inputs)
     x = self._transform_inputs(inputs)
@@ -518,7 +524,7 @@ def _setr_up_reason(head):
 
 def _setr_up_forward(self, x):
     """``SETRUPHead.forward`` with ``cls_seg`` before the last up_conv's upsample."""
-    reason = _first(_setr_up_reason(self), 'global module hooks' if _global_hooks() else None)
+    reason = _first(_setr_up_reason(self), _global_hooks_reason())
     if reason is not None:
         return _unfused(self, 'forward', reason, x)
     x = self._transform_inputs(x)
