@@ -98,6 +98,21 @@ def test_import_registers_with_mmseg_and_leaves_torch_load_alone():
     assert result.stdout.strip() == 'ok'
 
 
+def test_import_leaves_dynamo_and_triton_unimported():
+    """``import mmseg_cann`` (and its ops, fusions and APIs) imports neither
+    ``torch._dynamo`` nor Triton: a process may still set ``TRITON_INTERPRET`` (read when
+    ``triton.language`` is imported) after importing the package."""
+    script = textwrap.dedent('''
+        import sys
+        import mmseg_cann, mmseg_cann.ops, mmseg_cann.fusion, mmseg_cann.apis
+        loaded = [m for m in ('torch._dynamo', 'triton', 'triton.language') if m in sys.modules]
+        print(loaded)
+    ''')
+    result = run_python(['-c', script])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == '[]'
+
+
 def test_tools_do_not_edit_sys_path():
     tools = os.path.join(REPO_ROOT, 'tools')
     for name in sorted(os.listdir(tools)):

@@ -6,6 +6,8 @@ pooling on an Ascend NPU where it applies, an exact aten form elsewhere).
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch.overrides import handle_torch_function, has_torch_function
 
@@ -19,9 +21,24 @@ from ..utils import record_fallback
 _HALF = (torch.float16, torch.bfloat16)
 
 
+def _dynamo_disabled(fn):
+    """``torch.compiler.disable(fn)``, made at the first call: applying it when this module
+    is imported would import ``torch._dynamo`` (and with it Triton, before a user could set
+    ``TRITON_INTERPRET``) on ``import mmseg_cann``."""
+    disabled = None
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        nonlocal disabled
+        if disabled is None:
+            disabled = torch.compiler.disable(fn)
+        return disabled(*args, **kwargs)
+    return call
+
+
 # dynamo runs the op eagerly (a graph break): its checks read the boxes' values and the
 # CPU kernels are numba functions
-@torch.compiler.disable
+@_dynamo_disabled
 def roi_pool2d(input: torch.Tensor, rois, output_size, mode: str = 'max',
                spatial_scale: float = 1.0, return_indices: bool = False, *, precision=None,
                backend: str = 'auto'):
