@@ -66,7 +66,6 @@ from .resize_conv import SITES
 from .rewrite import all_sites, fuse_resize_conv
 
 
-
 # ----------------------------------------------------------------------------------
 # upsample_add in top-down paths
 # ----------------------------------------------------------------------------------
@@ -344,8 +343,8 @@ def lean_predict(model: nn.Module, keep_logits: bool = False,
 
 
 def unfuse_model(model: nn.Module) -> List[str]:
-    # (every rewrite binds through ``_bind``, which records the names in ``_cann_fused``)
     """Remove every method bound by this module from ``model``; returns the module paths."""
+    # every rewrite binds through ``_bind``, which records the names in ``_cann_fused``
     undone = []
     for path, module in model.named_modules():
         names = module.__dict__.pop('_cann_fused', ())
