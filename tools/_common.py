@@ -252,12 +252,10 @@ def build_segmentor(base: str, overrides=None):
     """An mmseg segmentor from config ``base`` (``mmseg::...`` or a path) for benchmarks:
     ``SyncBN`` as ``BN``, no pretrained download, ``overrides(cfg)`` applied, mmseg's
     seeded initialisation (its per-parameter log lines silenced), in eval mode."""
-    import logging
     import tempfile
 
     import torch
     from mmengine.config import Config
-    from mmengine.logging import MMLogger
     from mmengine.registry import init_default_scope
     from mmseg.registry import MODELS
 
@@ -275,6 +273,15 @@ def build_segmentor(base: str, overrides=None):
         overrides(cfg)
     torch.manual_seed(0)
     model = MODELS.build(cfg.model)
+    quiet_init_weights(model)
+    return model.eval()
+
+
+def quiet_init_weights(model) -> None:
+    """``model.init_weights()`` without mmengine's per-parameter info log."""
+    import logging
+
+    from mmengine.logging import MMLogger
     logger = MMLogger.get_current_instance()
     level = logger.level
     logger.setLevel(logging.WARNING)
@@ -282,4 +289,3 @@ def build_segmentor(base: str, overrides=None):
         model.init_weights()
     finally:
         logger.setLevel(level)
-    return model.eval()

@@ -7,8 +7,8 @@
         [--cfg-options k=v ...]
 
 Builds the model from CONFIG (SyncBN as BN; without CHECKPOINT no pretrained weights are
-downloaded and mmseg's initialisation is used, seeded), converts it with ``mmseg_cann.convert_model`` (CANN
-modules, mmseg ``resize`` routed), exports the whole-image forward to logits at the
+downloaded and mmseg's initialisation is used, seeded), converts it with
+``mmseg_cann.convert_model`` (CANN modules, mmseg ``resize`` routed), exports the whole-image forward to logits at the
 input size (``(1, 3, H, W)`` in, ``(1, num_classes, H, W)`` out: the decode head's
 logits resized as mmseg's inference does), checks the graph with ``onnx.checker``,
 prints the Resize/pool nodes with their attributes and, with ``--verify``, compares
@@ -39,7 +39,7 @@ import sys
 
 import torch
 from _common import (add_cfg_options, add_debug, check_checkpoint, check_output,
-                     check_shape, load_config, required_multiple, run)
+                     check_shape, load_config, quiet_init_weights, required_multiple, run)
 
 
 class WholeImageLogits(torch.nn.Module):
@@ -123,7 +123,7 @@ def build_model(config: str, checkpoint=None, cfg_options=None):
         load_checkpoint(model, checkpoint, map_location='cpu')
     else:
         # mmseg's own initialisation: realistic activations for --verify
-        _quiet_init(model)
+        quiet_init_weights(model)
     model.eval()
     mmseg_cann.convert_model(model)
     return WholeImageLogits(model).eval()
@@ -138,20 +138,6 @@ def _no_pretrained(model_cfg) -> None:
         init_cfg = backbone.get('init_cfg')
         if isinstance(init_cfg, dict) and init_cfg.get('type') == 'Pretrained':
             backbone.pop('init_cfg')
-
-
-def _quiet_init(model) -> None:
-    """``model.init_weights()`` without mmengine's per-parameter info log."""
-    import logging
-
-    from mmengine.logging import MMLogger
-    logger = MMLogger.get_current_instance()
-    level = logger.level
-    logger.setLevel(logging.WARNING)
-    try:
-        model.init_weights()
-    finally:
-        logger.setLevel(level)
 
 
 def verification_inputs(shape, seed=0):
