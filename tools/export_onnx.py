@@ -8,9 +8,10 @@
 
 Builds the model from CONFIG (SyncBN as BN; without CHECKPOINT no pretrained weights are
 downloaded and mmseg's initialisation is used, seeded), converts it with
-``mmseg_cann.convert_model`` (CANN modules, mmseg ``resize`` routed), exports the whole-image forward to logits at the
-input size (``(1, 3, H, W)`` in, ``(1, num_classes, H, W)`` out: the decode head's
-logits resized as mmseg's inference does), checks the graph with ``onnx.checker``,
+``mmseg_cann.convert_model`` (CANN modules, mmseg ``resize`` routed), exports the
+whole-image forward to logits at the input size (``(1, 3, H, W)`` in,
+``(1, num_classes, H, W)`` out: the decode head's logits resized as mmseg's inference
+does), checks the graph with ``onnx.checker``,
 prints the Resize/pool nodes with their attributes and, with ``--verify``, compares
 onnxruntime (CPU) with PyTorch on random and synthetic inputs, exiting 1 beyond
 ``--atol`` or when the argmax agreement is below ``--min-agree`` (exit 2 when the model
