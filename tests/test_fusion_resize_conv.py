@@ -380,3 +380,40 @@ def test_uper_hooked_bottleneck_runs_unfused():
     with torch.no_grad():
         assert torch.equal(fused(inputs), plain(inputs))
     assert seen == [(2, 64, 16, 16)]
+
+
+def test_inputs_and_norms_users_break_it_with():
+    """Norms without running statistics, inputs the rewrite does not take (3-D, integer),
+    FX tracing and one instance shared by two models: the rewritten head gives what the
+    unrewritten one gives (values, or the same kind of error)."""
+    from tests._helpers import outcome
+    cfg = dict(HEADS['segformer'][0], norm_cfg=dict(type='BN', track_running_stats=False))
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS
+    init_default_scope('mmseg')
+    torch.manual_seed(0)
+    plain = MODELS.build(cfg).eval()
+    fused = copy.deepcopy(plain)
+    assert fuse_resize_conv(fused).resize_conv == ['<root> (SegformerHead.fusion_conv)']
+    inputs = HEADS['segformer'][1](100.0)
+    with torch.no_grad():
+        ref = plain(inputs)
+        torch.testing.assert_close(fused(inputs), ref, **_tol(ref))
+        for bad in ([x[0] for x in inputs], [x.long() for x in inputs]):
+            want, got = outcome(lambda: plain(bad)), outcome(lambda: fused(bad))
+            assert (want[1] is None) == (got[1] is None), (want, got)
+            if want[1] is not None:
+                assert type(got[1]) is type(want[1]), (want, got)
+    traced_plain = outcome(lambda: torch.fx.symbolic_trace(plain))
+    traced_fused = outcome(lambda: torch.fx.symbolic_trace(fused))
+    assert (traced_plain[1] is None) == (traced_fused[1] is None), (traced_plain, traced_fused)
+    if traced_fused[1] is None:
+        with torch.no_grad():
+            torch.testing.assert_close(traced_fused[0](inputs), ref, **_tol(ref))
+    # one fused instance inside two containers, fused again through each: one rewrite
+    a, b = torch.nn.ModuleList([fused]), torch.nn.ModuleList([fused])
+    assert fuse_resize_conv(a).resize_conv == fuse_resize_conv(b).resize_conv
+    assert fused._cann_fused == ('forward',)
+    assert fused.forward.__self__ is fused
+    with torch.no_grad():
+        torch.testing.assert_close(b[0](inputs), ref, **_tol(ref))
