@@ -63,6 +63,14 @@ def row_tile(pid, it, nprog, W, BLOCK: tl.constexpr, INT64: tl.constexpr):
 
 
 @triton.jit
+def row_plane(row, C, H):
+    """``(n, c, y)`` of row ``row`` of a row launch over ``N * C * H`` rows."""
+    y = row % H
+    t = row // H
+    return t // C, t % C, y
+
+
+@triton.jit
 def decompose(e, C, H, W, CL: tl.constexpr):
     """``(n, c, y, x)`` of flat index ``e`` in NCHW order, or NHWC order when ``CL``."""
     if CL:

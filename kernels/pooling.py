@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from ._common import (block_offsets, channels_last, decompose, launch, launch_kind,
-                      output_like, row_tile)
+                      output_like, row_plane, row_tile)
 
 
 @triton.jit
@@ -138,10 +138,7 @@ def max_pool_rows_kernel(x_ptr, out_ptr, idx_ptr, first_h, first_w, rows,
         ok = row < rows
         ox = x0 + tl.arange(0, BLOCK)
         mask = ok & (ox < OW)
-        oy = row % OH
-        t = row // OH
-        c = t % C
-        n = t // C
+        n, c, oy = row_plane(row, C, OH)
         base = n * sxn + c * sxc
         best = tl.full((BLOCK,), float('-inf'), tl.float32)
         fy = tl.load(first_h + oy)
@@ -178,10 +175,7 @@ def avg_pool_rows_kernel(x_ptr, out_ptr, div_h, div_w, rows, C, OH, OW, IH, IW,
         ok = row < rows
         ox = x0 + tl.arange(0, BLOCK)
         mask = ok & (ox < OW)
-        oy = row % OH
-        t = row // OH
-        c = t % C
-        n = t // C
+        n, c, oy = row_plane(row, C, OH)
         base = n * sxn + c * sxc
         acc = tl.zeros((BLOCK,), tl.float32)
         for ky in range(0, KH):  # not unrolled (see above)

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from ._common import (block_offsets, channels_last, decompose, launch, launch_kind,
-                      output_like, row_tile, taps)
+                      output_like, row_plane, row_tile, taps)
 
 
 @triton.jit
@@ -219,10 +219,7 @@ def upsample_fwd_rows_kernel(x_ptr, out_ptr, other_ptr, hi0, hi1, hw0, hw1, wi0,
         ok = row < rows
         x = x0 + tl.arange(0, BLOCK)
         mask = ok & (x < W)
-        y = row % H
-        t = row // H
-        c = t % C
-        n = t // C
+        n, c, y = row_plane(row, C, H)
         base = n * sxn + c * sxc
         lo = tl.load(wi0 + x0)
         q0 = tl.load(wi0 + x, mask=mask, other=lo) - lo
@@ -316,10 +313,7 @@ def bilinear_bwd_rows_kernel(g_ptr, out_ptr, hstart, hcount, hweight, wstart, wc
         ok = row < rows
         j = j0 + tl.arange(0, BLOCK)
         mask = ok & (j < w)
-        i = row % h
-        t = row // h
-        c = t % C
-        n = t // C
+        n, c, i = row_plane(row, C, h)
         ys = tl.load(hstart + i)
         yc = tl.load(hcount + i)
         lo = tl.load(wstart + j0)
