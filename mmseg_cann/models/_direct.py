@@ -14,9 +14,21 @@ fallback log (:func:`mmseg_cann.utils.fallback_counts`).
 """
 from __future__ import annotations
 
+from ..core.precision import normalize_precision, precision_name
+
 
 class CANNModule:
-    """Mixin of the CANN modules: what ``torch.jit.script`` says about them."""
+    """Mixin of the CANN modules: what ``torch.jit.script`` says about them, and the
+    ``precision``/``backend`` part of their ``repr``."""
+
+    def _settings_repr(self) -> str:
+        """``', precision=..., backend=...'`` for the settings that are not the defaults."""
+        parts = []
+        if self.precision is not None:
+            parts.append(f'precision={precision_name(normalize_precision(self.precision))!r}')
+        if self.backend != 'auto':
+            parts.append(f'backend={self.backend!r}')
+        return ''.join(', ' + p for p in parts)
 
     def __prepare_scriptable__(self):
         raise RuntimeError(

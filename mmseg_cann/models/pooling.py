@@ -12,20 +12,11 @@ from torch import nn
 from ..backends import check_backend
 from ..core import geometry as geo
 from ..core.errors import ArgumentError
-from ..core.precision import normalize_precision, precision_name
+from ..core.precision import normalize_precision
 from ..core.validation import check_divisor_override
 from ..ops import direct
 from ..ops.pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 from ._direct import CANNModule
-
-
-def _extras_repr(module) -> str:
-    parts = []
-    if module.precision is not None:
-        parts.append(f'precision={precision_name(normalize_precision(module.precision))!r}')
-    if module.backend != 'auto':
-        parts.append(f'backend={module.backend!r}')
-    return ''.join(', ' + p for p in parts)
 
 
 def _check_forms(check) -> None:
@@ -79,7 +70,7 @@ class CANNMaxPool2d(CANNModule, nn.MaxPool2d):
         return max_pool2d(input, *args[:6], precision=args[6], backend=args[7])
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + _extras_repr(self)
+        return super().extra_repr() + self._settings_repr()
 
 
 class CANNAvgPool2d(CANNModule, nn.AvgPool2d):
@@ -116,7 +107,7 @@ class CANNAvgPool2d(CANNModule, nn.AvgPool2d):
         return avg_pool2d(input, *args[:6], precision=args[6], backend=args[7])
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + _extras_repr(self)
+        return super().extra_repr() + self._settings_repr()
 
 
 class CANNAdaptiveAvgPool2d(CANNModule, nn.AdaptiveAvgPool2d):
@@ -145,4 +136,4 @@ class CANNAdaptiveAvgPool2d(CANNModule, nn.AdaptiveAvgPool2d):
         return adaptive_avg_pool2d(input, args[0], precision=args[1], backend=args[2])
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + _extras_repr(self)
+        return super().extra_repr() + self._settings_repr()

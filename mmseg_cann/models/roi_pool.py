@@ -7,7 +7,7 @@ from torch import nn
 from ..backends.roi_npu import check_roi_backend, set_vendor_max_pool
 from ..core import geometry as geo
 from ..core import roi as roi_rules
-from ..core.precision import normalize_precision, precision_name
+from ..core.precision import normalize_precision
 from ..ops.roi_pool import roi_pool2d
 from ._direct import CANNModule
 
@@ -74,8 +74,4 @@ class CANNRoIPool2d(CANNModule, nn.Module):
                  f'mode={self.mode!r}']
         if self.return_indices:
             parts.append('return_indices=True')
-        if self.precision is not None:
-            parts.append(f'precision={precision_name(normalize_precision(self.precision))!r}')
-        if self.backend != 'auto':
-            parts.append(f'backend={self.backend!r}')
-        return ', '.join(parts)
+        return ', '.join(parts) + self._settings_repr()

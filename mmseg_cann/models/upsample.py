@@ -6,7 +6,7 @@ from torch import nn
 
 from ..backends import check_backend
 from ..core import geometry as geo
-from ..core.precision import normalize_precision, precision_name
+from ..core.precision import normalize_precision
 from ..ops import direct
 from ..ops.upsample import upsample
 from ._direct import CANNModule
@@ -65,8 +65,4 @@ class CANNUpsample(CANNModule, nn.Upsample):
             parts.append(f'recompute_scale_factor={self.recompute_scale_factor}')
         if self.antialias:
             parts.append('antialias=True')
-        if self.precision is not None:
-            parts.append(f'precision={precision_name(normalize_precision(self.precision))!r}')
-        if self.backend != 'auto':
-            parts.append(f'backend={self.backend!r}')
-        return ', '.join(parts)
+        return ', '.join(parts) + self._settings_repr()
