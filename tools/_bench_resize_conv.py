@@ -3,7 +3,8 @@ multiply-accumulate counts per site.
 
 Each case builds one of mmseg's own models from its config (random weights, ``SyncBN`` built
 as ``BN``, batch 1, CPU) and times it unrewritten ("eager") against a deep copy rewritten
-by :func:`mmseg_cann.fusion.fuse_resize_conv`, in one process; ``tools/benchmark.py``
+by :func:`mmseg_cann.fusion.fuse_resize_conv`, in one process, the two timed in
+alternation (a drift of a shared machine's speed reaches both); ``tools/benchmark.py``
 reports the ratios of time and of peak extra memory. Resize routing stays off (both
 models run mmseg's own ``resize``).
 
@@ -82,7 +83,7 @@ def forward_case(case_cls, name: str, model: str, repeats: int = 3):
                 return state[key](x, mode='tensor')
         return forward
     return case_cls(name, make, run('plain'), {'fuse_resize_conv': run('fused')},
-                    compile=False, repeats=repeats)
+                    compile=False, repeats=repeats, interleave=True)
 
 
 def train_step_case(case_cls, name: str, model: str, num_classes: int = 150,
@@ -117,7 +118,7 @@ def train_step_case(case_cls, name: str, model: str, num_classes: int = 150,
             return loss.detach()
         return step
     return case_cls(name, make, run('plain'), {'fuse_resize_conv': run('fused')},
-                    compile=False, repeats=repeats)
+                    compile=False, repeats=repeats, interleave=True)
 
 
 def cases(case_cls) -> list:
@@ -126,7 +127,7 @@ def cases(case_cls) -> list:
         forward_case(case_cls, 'resize_conv_segformer_b0_512', 'segformer_b0', repeats=5),
         forward_case(case_cls, 'resize_conv_segformer_b2_1024', 'segformer_b2', repeats=3),
         forward_case(case_cls, 'resize_conv_upernet_r50_512x1024', 'upernet_r50', repeats=2),
-        train_step_case(case_cls, 'resize_conv_train_segformer_b0_512', 'segformer_b0'),
+        train_step_case(case_cls, 'resize_conv_train_segformer_b0_512', 'segformer_b0', repeats=8),
     ]
 
 

@@ -68,6 +68,9 @@ class Case:
     repeats: Optional[int] = None
     #: the Triton kernel form, benchmarked on CUDA/NPU devices only
     triton: Optional[Callable] = None
+    #: time the implementations in alternation (round by round) rather than one after
+    #: another, so that a drift of the machine's speed (a shared host) is shared by all
+    interleave: bool = False
 
 
 def _rand(shape, dtype, device, channels_last=False, seed=0):
@@ -455,6 +458,22 @@ def median_time(fn, inputs, device, repeats: int) -> float:
     return statistics.median(times)
 
 
+def interleaved_times(fns: Dict[str, Callable], inputs, device, repeats: int) -> dict:
+    """Median wall time in ms of each function, timed in alternation: one warm-up call
+    each, then ``repeats`` rounds calling every function once."""
+    times: Dict[str, List[float]] = {label: [] for label in fns}
+    for fn in fns.values():
+        fn(*inputs)
+        _sync(device)
+    for _ in range(repeats):
+        for label, fn in fns.items():
+            start = time.perf_counter()
+            fn(*inputs)
+            _sync(device)
+            times[label].append((time.perf_counter() - start) * 1e3)
+    return {label: statistics.median(t) for label, t in times.items()}
+
+
 def peak_extra_bytes(fn, inputs, device) -> int:
     """Peak memory allocated during one call beyond its result (bytes)."""
     if device.type in ('cuda', 'npu'):
@@ -518,8 +537,11 @@ def run_case(case: Case, device, repeats: int, use_compile: bool, ceiling: float
         impls['mmseg_cann triton'] = case.triton
     rows = []
     with torch.no_grad():
+        paired = interleaved_times(impls, inputs, device, case.repeats or repeats) \
+            if case.interleave else {}
         for label, fn in impls.items():
-            ms = median_time(fn, inputs, device, case.repeats or repeats)
+            ms = paired[label] if case.interleave else \
+                median_time(fn, inputs, device, case.repeats or repeats)
             mem = peak_extra_bytes(fn, inputs, device)
             row = dict(case=case.name, impl=label, ms=ms, peak_extra_mb=mem / 2**20)
             if case.nbytes is not None:

@@ -40,7 +40,7 @@ method (a recorded fallback). Sites (:data:`SITES`; exact classes only):
 * ``FPNHead.cls_seg`` (Semantic FPN): after the sum of the scale heads, each ending in an
   ``Upsample``;
 
-:mod:`.polyphase` adds ``UPerHead.fpn_bottleneck`` (a kxk conv over the concat of resized
+:mod:`.resize_kxk` adds ``UPerHead.fpn_bottleneck`` (a kxk conv over the concat of resized
 maps) through :func:`mmseg_cann.ops.resize_conv.resize_conv2d`.
 """
 from __future__ import annotations
@@ -49,10 +49,10 @@ import sys
 from typing import List, Optional, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..ops.fused import upsample_add
+from ..ops.resize_conv import pointwise_conv2d as pointwise
 from ..ops.upsample import upsample
 from ..strips import is_strip_patch
 from ..utils.module_hooks import global_hooks_registered, has_hooks
@@ -195,25 +195,17 @@ def _resize(z, size, mode, align_corners):
 
 
 def _resize_add(z, acc, mode, align_corners):
-    """``acc + resize(z, size=acc.shape[-2:])`` (one pass where the fused op applies)."""
-    if mode in _ADD_MODES and not _plain_torch() and z.dtype == acc.dtype:
+    """``acc + resize(z, size=acc.shape[-2:])`` (one pass where the fused op applies).
+    ``acc`` is an intermediate of the rewrite that nothing else holds; with autograd
+    recording (the fused op is not differentiable) the sum goes into it in place,
+    sparing a full-size allocation (no backward formula needs the summands)."""
+    if _plain_torch() or z.dtype != acc.dtype:
+        return acc + _resize(z, acc.shape[-2:], mode, align_corners)
+    if torch.is_grad_enabled() and (z.requires_grad or acc.requires_grad):
+        return acc.add_(_resize(z, acc.shape[-2:], mode, align_corners))
+    if mode in _ADD_MODES:
         return upsample_add(z, acc, mode, align_corners)
-    return acc + _resize(z, acc.shape[-2:], mode, align_corners)
-
-
-def pointwise(x: torch.Tensor, w: torch.Tensor, bias=None) -> torch.Tensor:
-    """``F.conv2d(x, w, bias)`` for a 1x1 ``w``; on contiguous CPU tensors as a matrix
-    product (the same sums; on the development CPU a 1x1 convolution of a few low
-    resolution maps ran at half the speed of the product). Traced and exported calls, and
-    other devices, keep the convolution (what exporters and the NPU planner know)."""
-    if x.device.type != 'cpu' or not x.is_contiguous() or _plain_torch() \
-            or torch.compiler.is_exporting() or torch.compiler.is_compiling():
-        return F.conv2d(x, w, bias)
-    n, c, h, wd = x.shape
-    out = torch.matmul(w.reshape(w.shape[0], c), x.reshape(n, c, h * wd))
-    if bias is not None:
-        out = out.add_(bias.view(1, -1, 1))
-    return out.view(n, -1, h, wd)
+    return acc.add_(_resize(z, acc.shape[-2:], mode, align_corners))
 
 
 def resized_sum(terms, size, mode, align_corners, bias=None) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""``fuse_resize_conv``: find the sites of :mod:`.resize_conv` (1x1) and :mod:`.polyphase`
+"""``fuse_resize_conv``: find the sites of :mod:`.resize_conv` (1x1) and :mod:`.resize_kxk`
 (UPerHead's bottleneck) in a model and bind their rewritten methods."""
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ from typing import List
 
 from torch import nn
 
-from . import polyphase, resize_conv
+from . import resize_conv, resize_kxk
 from ._common import FusionReport, Site, _bind
 
 
 def all_sites() -> List[Site]:
-    """Every site :func:`fuse_resize_conv` rewrites: the 1x1 ones, then the polyphase."""
-    return resize_conv.SITES + polyphase.SITES
+    """Every site :func:`fuse_resize_conv` rewrites: the 1x1 ones, then the kxk ones."""
+    return resize_conv.SITES + resize_kxk.SITES
 
 
 def fuse_resize_conv(model: nn.Module, report: FusionReport = None) -> FusionReport:

@@ -4,7 +4,7 @@
 signatures and semantics of their ``torch.nn.functional`` counterparts plus the
 keyword-only ``precision`` and ``backend``; ``upsample_add`` and ``upsample_argmax``
 are fused decoder ops (:mod:`.fused`); ``resize_conv2d`` is ``conv2d(interpolate(x))``
-computed as a polyphase convolution on the low-resolution input where that applies
+computed from the low-resolution input where that applies
 (:mod:`.resize_conv`); ``roi_pool2d`` pools regions of interest (:mod:`.roi_pool`).
 ``geometry`` (the shared size and coordinate rules) and ``reference`` (float64
 implementations written from the formulas) are :mod:`mmseg_cann.core`'s, also importable

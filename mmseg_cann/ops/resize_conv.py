@@ -1,36 +1,47 @@
-"""``resize_conv2d``: an integer-factor upsample followed by a convolution, computed as a
-polyphase convolution on the low-resolution input.
+"""``resize_conv2d``: an integer-factor upsample followed by a convolution, computed from
+the low-resolution input.
 
 ``resize_conv2d(x, w, b, size=..., mode=..., ...)`` equals
 ``F.conv2d(F.interpolate(x, size=..., mode=..., align_corners=...), w, b, stride, padding,
 dilation, groups)``. Where the rewrite applies (:func:`resize_conv2d_plan`) the upsampled
-intermediate is never made:
+intermediate is never made. Per axis, output index ``D = s*I + q`` (``s`` the factor,
+``q`` the output phase) of the full-resolution convolution reads upsampled positions
+``s*I + q + k - P`` (``k`` the tap, ``P`` the zero padding); writing ``q + k - P = s*m +
+p``, the upsampled value there is a fixed combination of low-resolution values ``x[I + m
++ t]`` (the interpolation taps of phase ``p``, with PyTorch's index clamping read as edge
+replication). So each output phase ``(qh, qw)`` is a fixed linear function of a small
+window of the edge-replicated low-resolution input, with coefficients
+``Gh[kh, rh] Gw[kw, rw]`` per tap and low-resolution offset. Two methods compute it; the
+plan takes the one with fewer multiply-accumulates (:data:`METHODS`):
 
-* per axis, output index ``D = s*I + q`` (``s`` the factor, ``q`` the phase) of the
-  full-resolution convolution reads upsampled positions ``s*I + q + k - P`` (``k`` the
-  tap, ``P`` the zero padding); writing ``q + k - P = s*m + p``, the upsampled value there
-  is a fixed combination of low-resolution values ``x[I + m + t]`` (the interpolation taps
-  of phase ``p``, with PyTorch's index clamping read as edge replication). So each output
-  phase ``(qh, qw)`` is a small convolution of the edge-replicated low-resolution input
-  with the kernel ``V[o, i, rh, rw] = sum_{kh, kw} w[o, i, kh, kw] Gh[kh, rh] Gw[kw, rw]``,
-  which covers only the low-resolution taps that phase reads;
-* phases with the same footprint are computed by one convolution (output channels
-  ``(o, phase)``, kernel over exactly that footprint) and interleaved: written in place
-  in eager mode, concatenated and ``F.pixel_shuffle``-d (ONNX ``DepthToSpace``) while a
-  tracer records the op;
-* the output rows and columns whose taps reach the convolution's zero padding (``P`` at
-  each end of each axis) are recomputed directly: the upsampled rows they read (zero rows
-  included), interpolated along both axes as a thin strip, convolved with ``weight``.
+* ``'mix_first'``: the channel mixing commutes with the interpolation and with the
+  convolution's spatial shifts (both act on each channel alone), so each tap's
+  ``C_out x C_in`` matrix is applied to the low-resolution input first (one product
+  giving ``kH * kW * C_out`` maps, at ``1 / (s_h * s_w)`` of the direct convolution's
+  cost), then each channel's phases are one convolution of its ``kH * kW`` maps with the
+  fixed kernel ``V[(qh, qw), (kh, kw), rh, rw] = Gh[kh, rh] Gw[kw, rw]`` (interpolation
+  weights only: the same for every channel, independent of ``w``);
+* ``'polyphase'``: each phase is a convolution of the input with the kernel
+  ``V[o, i, rh, rw] = sum_{kh, kw} w[o, i, kh, kw] Gh[kh, rh] Gw[kw, rw]``, which covers
+  only the low-resolution taps that phase reads; phases with the same footprint are
+  computed by one convolution (output channels ``(o, phase)``). Cheaper for few input
+  channels.
 
-The combination is exact in real arithmetic; in floating point the sums are reordered and
-the phase kernels are rounded to the input dtype (bound:
+The phase outputs are interleaved: written in place in eager mode, concatenated and
+``F.pixel_shuffle``-d (ONNX ``DepthToSpace``) while a tracer records the op. The output
+rows and columns whose taps reach the convolution's zero padding (``P`` at each end of
+each axis) are recomputed directly: the upsampled rows they read (zero rows included),
+interpolated along both axes as a thin strip, convolved with ``weight``.
+
+Both are exact in real arithmetic; in floating point the sums are reordered and the
+kernels' coefficients are rounded to the input dtype (bound:
 :func:`resize_conv2d_error_bound`). Everything is written with differentiable torch ops
 (autograd, ``gradcheck``). Calls outside the rewrite's domain run the composition itself
 (the project's ``upsample``, which is ``F.interpolate``, then ``F.conv2d``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import cached_property, lru_cache
 from typing import List, Optional, Tuple
@@ -49,14 +60,17 @@ from ..core.validation import FLOATING_DTYPES, check_dtype, check_tensor, is_cha
 from .upsample import upsample
 
 NAME = 'resize_conv2d'
-#: dtypes the polyphase path runs (others take the composition)
-POLYPHASE_DTYPES = (torch.float32, torch.float64)
+#: dtypes the rewrite runs (others take the composition)
+REWRITE_DTYPES = (torch.float32, torch.float64)
 #: interpolation modes whose integer-factor resize has constant phases
-POLYPHASE_MODES = ('nearest', 'nearest-exact', 'bilinear')
+REWRITE_MODES = ('nearest', 'nearest-exact', 'bilinear')
 #: ``'footprint'``: one convolution per run of phases with the same low-resolution
 #: footprint (no zero taps); ``'union'``: one convolution per axis pair over the union
 #: of the footprints (fewer, larger convolutions with zero taps)
 GROUPINGS = ('footprint', 'union')
+#: how the output phases are computed (module doc); ``'auto'``: the one with fewer
+#: multiply-accumulates
+METHODS = ('auto', 'mix_first', 'polyphase')
 _UNIT_ROUNDING = {torch.float32: 2.0 ** -24, torch.float64: 2.0 ** -53}
 
 
@@ -226,17 +240,18 @@ def _geometry_error(n_in: int, n_up: int, align_corners: bool, scale: Optional[f
 # ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ResizeConvPlan:
-    """Whether the polyphase path applies to a call, and its figures.
+    """Whether the rewrite applies to a call, how, and its figures.
 
     Attributes:
-        applies: the polyphase path runs (else the composition does).
+        applies: the rewrite runs (else the composition does).
         reason: why not ('' when it applies).
+        method: ``'mix_first'`` or ``'polyphase'`` (None when it does not apply).
         factors: per axis the integer factor ``s`` (None when it does not apply).
         up_size: the upsampled size the composition makes.
         out_size: the convolution's output size.
         macs_direct: multiply-accumulates of the composition's convolution.
-        macs_polyphase: those of the polyphase path (phase convolutions and border
-            strips); equal to ``macs_direct`` when it does not apply.
+        macs_rewritten: those of the method that runs (its products and convolutions,
+            border strips included); equal to ``macs_direct`` when it does not apply.
     """
 
     applies: bool
@@ -245,7 +260,8 @@ class ResizeConvPlan:
     up_size: Optional[Tuple[int, int]]
     out_size: Optional[Tuple[int, int]]
     macs_direct: Optional[int]
-    macs_polyphase: Optional[int]
+    macs_rewritten: Optional[int]
+    method: Optional[str] = None
     axes: Optional[Tuple[_Axis, _Axis]] = field(default=None, repr=False, compare=False)
     _geometry: tuple = field(default=(), repr=False, compare=False)
 
@@ -342,14 +358,16 @@ def _conv_padding(args: _Args, kernel: Tuple[int, int]):
     return args.padding
 
 
-def _make_plan(in_shape, w_shape, dtype, args: _Args, grouping: str) -> ResizeConvPlan:
+def _make_plan(in_shape, w_shape, dtype, args: _Args, grouping: str = 'footprint',
+               method: str = 'auto') -> ResizeConvPlan:
     if any(geo.is_symbolic(d) for d in tuple(in_shape) + tuple(w_shape)):
         return _not_applied('symbolic (dynamic) input sizes')
-    return _plan_of(tuple(in_shape), tuple(w_shape), dtype, args, grouping)
+    return _plan_of(tuple(in_shape), tuple(w_shape), dtype, args, grouping, method)
 
 
 @lru_cache(maxsize=256)
-def _plan_of(in_shape, w_shape, dtype, args: _Args, grouping: str) -> ResizeConvPlan:
+def _plan_of(in_shape, w_shape, dtype, args: _Args, grouping: str,
+             method: str) -> ResizeConvPlan:
     kernel = (w_shape[2], w_shape[3])
     spatial = in_shape[2:]
     spec = geo.upsample_spec(spatial, args.upsample)
@@ -371,20 +389,18 @@ def _plan_of(in_shape, w_shape, dtype, args: _Args, grouping: str) -> ResizeConv
     def no(reason):
         return ResizeConvPlan(False, reason, None, up, out, macs_direct, macs_direct)
 
-    if dtype is not None and dtype not in POLYPHASE_DTYPES:
-        return no(f'dtype {dtype}: the polyphase path runs float32 and float64')
+    if dtype is not None and dtype not in REWRITE_DTYPES:
+        return no(f'dtype {dtype}: the rewrite runs float32 and float64')
     if args.groups != 1:
-        return no(f'groups={args.groups} (the polyphase path takes groups=1)')
+        return no(f'groups={args.groups} (the rewrite takes groups=1)')
     if args.stride != (1, 1):
-        return no(f'stride={args.stride} (the polyphase path takes stride 1)')
+        return no(f'stride={args.stride} (the rewrite takes stride 1)')
     if args.dilation != (1, 1):
-        return no(f'dilation={args.dilation} (the polyphase path takes dilation 1)')
+        return no(f'dilation={args.dilation} (the rewrite takes dilation 1)')
     if pads is None:
         return no("padding='same' with an even kernel pads asymmetrically")
-    if args.upsample.mode not in POLYPHASE_MODES:
-        return no(f'mode={args.upsample.mode!r}: the polyphase path takes '
-                  f'{POLYPHASE_MODES} (bicubic phases need more taps than the direct '
-                  f'convolution)')
+    if args.upsample.mode not in REWRITE_MODES:
+        return no(f'mode={args.upsample.mode!r}: the rewrite takes {REWRITE_MODES}')
     if int(in_shape[0]) == 0:
         return no('empty batch')
     axes, errors = [], []
@@ -399,44 +415,80 @@ def _plan_of(in_shape, w_shape, dtype, args: _Args, grouping: str) -> ResizeConv
                       if args.upsample.mode == 'bilinear' and s > 1 else ())
     if all(ax.identity for ax in axes):
         return no('the resize does not change the size (a plain convolution)')
-    macs = int(in_shape[0]) * w_shape[0] * w_shape[1] * _macs(axes[0], axes[1])
+    n, cout, cin = int(in_shape[0]), w_shape[0], w_shape[1]
+    union = tuple(replace(ax, grouping='union') for ax in axes)
+    candidates = {'polyphase': (n * cout * cin * _macs(*axes), tuple(axes)),
+                  'mix_first': (n * _mix_first_macs(*union, cin, cout), union)}
+    if method == 'auto':
+        # fewer multiply-accumulates; polyphase on a tie (its kernels need no C_out
+        # intermediate maps)
+        method = min(('polyphase', 'mix_first'), key=lambda m: candidates[m][0])
+    macs, chosen = candidates[method]
     return ResizeConvPlan(True, '', (axes[0].s, axes[1].s), up, out, macs_direct, macs,
-                          tuple(axes), tuple(errors))
+                          method, chosen, tuple(errors))
 
 
 def _not_applied(reason: str) -> ResizeConvPlan:
     return ResizeConvPlan(False, reason, None, None, None, None, None)
 
 
+def _border_macs(ah: _Axis, aw: _Axis) -> int:
+    """Per (output channel, input channel) pair: the border rows and columns computed
+    directly (a ``kH x kW`` sum each)."""
+    (top, bottom), (left, right) = ah.border, aw.border
+    border_rows = top + ah.n_out - bottom
+    border_cols = left + aw.n_out - right
+    return ah.k * aw.k * (border_rows * aw.n_out + border_cols * ah.n_out)
+
+
 def _macs(ah: _Axis, aw: _Axis) -> int:
-    """Multiply-accumulates per (output channel, input channel) pair of :func:`_run`:
-    the phase convolutions, then the border rows and columns computed directly."""
+    """Multiply-accumulates per (output channel, input channel) pair of the polyphase
+    method: the phase convolutions, then the border rows and columns."""
     total = 0
     for (q0, q1, lo, hi) in ah.groups:
         for (p0, p1, lo2, hi2) in aw.groups:
             total += (q1 - q0) * (p1 - p0) * (hi - lo + 1) * (hi2 - lo2 + 1) * \
                 ah.blocks * aw.blocks
-    (top, bottom), (left, right) = ah.border, aw.border
-    border_rows = top + ah.n_out - bottom
-    border_cols = left + aw.n_out - right
-    return total + ah.k * aw.k * (border_rows * aw.n_out + border_cols * ah.n_out)
+    return total + _border_macs(ah, aw)
+
+
+def _span(axis: _Axis) -> Tuple[int, int]:
+    """Union footprint ``(lo, taps)`` of an axis (its single ``'union'`` group)."""
+    (_, _, lo, hi), = axis.groups
+    return lo, hi - lo + 1
+
+
+def _mix_first_macs(ah: _Axis, aw: _Axis, cin: int, cout: int) -> int:
+    """Multiply-accumulates per sample of the mix-first method (``'union'`` axes): the
+    channel mixing over the replicated low-resolution window, the per-channel phase
+    convolution, the border rows and columns."""
+    (_, th), (_, tw) = _span(ah), _span(aw)
+    kk = ah.k * aw.k
+    mixing = cout * kk * cin * (ah.blocks + th - 1) * (aw.blocks + tw - 1)
+    phases = cout * ah.s * aw.s * kk * th * tw * ah.blocks * aw.blocks
+    return mixing + phases + cout * cin * _border_macs(ah, aw)
 
 
 def resize_conv2d_plan(input, weight, bias=None, *, size=None, scale_factor=None,
                        mode: str = 'bilinear', align_corners=False, stride=1, padding=0,
-                       dilation=1, groups=1, grouping: str = 'footprint') -> ResizeConvPlan:
-    """Whether :func:`resize_conv2d` takes the polyphase path for these arguments, and why
-    not.
+                       dilation=1, groups=1, grouping: str = 'footprint',
+                       method: str = 'auto') -> ResizeConvPlan:
+    """Whether :func:`resize_conv2d` rewrites the call for these arguments (and why not),
+    and how.
 
     Args:
         input: the input tensor, or its shape ``(N, C, H, W)``.
         weight: the weight tensor, or its shape ``(C_out, C_in / groups, kH, kW)``.
         bias, size, scale_factor, mode, align_corners, stride, padding, dilation, groups:
             as :func:`resize_conv2d`.
-        grouping: ``'footprint'`` (default) or ``'union'`` (see :data:`GROUPINGS`).
+        grouping: the polyphase method's phase grouping, ``'footprint'`` (default) or
+            ``'union'`` (see :data:`GROUPINGS`).
+        method: ``'auto'`` (default: what :func:`resize_conv2d` runs, the method with
+            fewer multiply-accumulates), ``'mix_first'`` or ``'polyphase'``.
 
     Returns:
-        a :class:`ResizeConvPlan` (``applies``, ``reason``, factors, sizes, MAC counts).
+        a :class:`ResizeConvPlan` (``applies``, ``reason``, ``method``, factors, sizes, MAC
+        counts).
 
     Raises:
         TypeError, ValueError: invalid arguments (as :func:`resize_conv2d`).
@@ -445,56 +497,87 @@ def resize_conv2d_plan(input, weight, bias=None, *, size=None, scale_factor=None
                        groups)
     if grouping not in GROUPINGS:
         raise ValueError(f'grouping must be one of {GROUPINGS}, got {grouping!r}')
+    if method not in METHODS:
+        raise ValueError(f'method must be one of {METHODS}, got {method!r}')
     in_shape = _shape_of(input, 'input', 4)
     w_shape = _shape_of(weight, 'weight', 4)
     _check_shapes(in_shape, w_shape, bias, args)
     dtype = input.dtype if isinstance(input, torch.Tensor) else None
-    return _make_plan(in_shape, w_shape, dtype, args, grouping)
+    return _make_plan(in_shape, w_shape, dtype, args, grouping, method)
 
 
 def resize_conv2d_macs(input, weight, *, size=None, scale_factor=None, mode='bilinear',
                        align_corners=False, stride=1, padding=0, dilation=1, groups=1,
-                       grouping: str = 'footprint') -> Tuple[int, int]:
-    """``(direct, polyphase)`` multiply-accumulates of :func:`resize_conv2d` for these
+                       grouping: str = 'footprint', method: str = 'auto') -> Tuple[int, int]:
+    """``(direct, rewritten)`` multiply-accumulates of :func:`resize_conv2d` for these
     shapes (``input``/``weight`` tensors or shapes): the composition's convolution, and
-    the polyphase path's phase convolutions plus border strips (the same as direct where
-    the polyphase path does not apply). Interpolation arithmetic is not counted."""
+    the rewrite's products and convolutions, border strips included (the same as direct
+    where the rewrite does not apply). Interpolation arithmetic is not counted."""
     plan = resize_conv2d_plan(input, weight, size=size, scale_factor=scale_factor, mode=mode,
                               align_corners=align_corners, stride=stride, padding=padding,
-                              dilation=dilation, groups=groups, grouping=grouping)
-    return plan.macs_direct, plan.macs_polyphase
+                              dilation=dilation, groups=groups, grouping=grouping,
+                              method=method)
+    return plan.macs_direct, plan.macs_rewritten
+
+
+def _rounding_terms(plan: ResizeConvPlan, cin: int) -> Tuple[int, int]:
+    """``(interior, border)``: the ``m`` of ``gamma(m)`` for the outputs the method
+    computes and for the border rows and columns computed directly (see
+    :func:`resize_conv2d_error_bound`)."""
+    ah, aw = plan.axes
+    kk = ah.k * aw.k
+    # border strips: two interpolations (a weight rounded from its exact value, at most
+    # two products and a sum, per axis), then the direct sum of cin * kk products + bias
+    border = cin * kk + 1 + 6
+    if plan.method == 'mix_first':
+        (_, th), (_, tw) = _span(ah), _span(aw)
+        # cin products + bias per mixed map; kk * th * tw terms per phase output;
+        # a phase-kernel coefficient: two exact per-axis values rounded, their product
+        return border, (cin + 1) + kk * th * tw + 3
+    taps = max(g[3] - g[2] + 1 for g in ah.groups) * max(g[3] - g[2] + 1 for g in aw.groups)
+    # cin * taps products + bias; a phase-kernel entry: its coefficient (3 roundings, as
+    # above) times w, summed over kk taps
+    return border, cin * taps + 1 + kk + 3
 
 
 def resize_conv2d_error_bound(input: torch.Tensor, weight: torch.Tensor, bias=None, *,
                               size=None, scale_factor=None, mode: str = 'bilinear',
-                              align_corners=False, padding=0) -> torch.Tensor:
-    """Per output element, a bound on ``|resize_conv2d(...) - exact|`` (float64 tensor of
-    the output's shape), ``exact`` being the composition in exact arithmetic with exact
-    interpolation weights, for a call the polyphase path takes (``ValueError`` otherwise).
+                              align_corners=False, padding=0,
+                              method: str = 'auto') -> torch.Tensor:
+    """Per output element, a bound on ``|rewritten - exact|`` (float64 tensor of the
+    output's shape): ``rewritten`` the result of ``method`` (``'auto'``: what
+    :func:`resize_conv2d` runs), ``exact`` the composition in exact arithmetic with exact
+    interpolation weights; for a call the rewrite takes (``ValueError`` otherwise).
 
     With ``M = conv(up(|x|), |w|) + |b|`` (the composition of absolute values: the
-    nearest and bilinear weights are non-negative), ``u`` the unit roundoff of the dtype,
-    ``kk = kH * kW`` and ``n = C_in * max(kk, Th * Tw) + 1`` the most terms in one
-    output's sum (``Th``, ``Tw`` the widest phase footprint; the bias is one term), the
-    result is within ``gamma(n + kk + 4) * M`` (``gamma(m) = m u / (1 - m u)``):
-    ``n`` roundings of the sum, ``kk + 1`` of a phase-kernel entry (an exact float64
-    coefficient rounded to the dtype, then a sum of at most ``kk`` products), or, for the
-    border outputs, 4 of the two interpolations of a strip value. The composition run in
-    the same dtype obeys the same bound plus PyTorch's geometry error
-    (``plan.geometry_error``; 0 for nearest and power-of-two factors):
+    nearest and bilinear weights, and so every coefficient of both methods, are
+    non-negative) and ``u`` the unit roundoff of the dtype, the result is within
+    ``gamma(m) * M`` (``gamma(m) = m u / (1 - m u)``), ``m`` the roundings one output
+    goes through (``kk = kH * kW``; ``Th``, ``Tw`` footprint widths):
+
+    * mix_first: ``C_in + 1`` (a mixed map: the products and the bias) ``+ kk * Th * Tw``
+      (the per-channel phase sum over the union footprint) ``+ 3`` (a coefficient);
+    * polyphase: ``C_in * Th * Tw + 1`` (widest footprint) ``+ kk + 3`` (a phase-kernel
+      entry: the coefficient, then a sum of ``kk`` products with ``w``);
+    * border rows and columns (both methods): ``C_in * kk + 1 + 6`` (a direct sum over a
+      strip interpolated along both axes).
+
+    The composition run in the same dtype obeys the same kind of bound plus PyTorch's
+    geometry error (``plan.geometry_error``; 0 for nearest and power-of-two factors):
     ``(eh + ew + eh * ew) * sum |w| * max |x|``, included here, so twice this bound holds
-    between the polyphase result and the composition.
+    between the rewritten result and the composition.
     """
     plan = resize_conv2d_plan(input, weight, bias, size=size, scale_factor=scale_factor,
-                              mode=mode, align_corners=align_corners, padding=padding)
+                              mode=mode, align_corners=align_corners, padding=padding,
+                              method=method)
     if not plan.applies:
-        raise ValueError(f'{NAME}: the polyphase path does not apply ({plan.reason})')
+        raise ValueError(f'{NAME}: the rewrite does not apply ({plan.reason})')
     ah, aw = plan.axes
-    taps = max(ah.k * aw.k, max(g[3] - g[2] + 1 for g in ah.groups) *
-               max(g[3] - g[2] + 1 for g in aw.groups))
-    kk = ah.k * aw.k
-    m = weight.shape[1] * taps + 1 + kk + 4
+    border, interior = _rounding_terms(plan, weight.shape[1])
     u = _UNIT_ROUNDING[input.dtype]
+    m = torch.full(plan.out_size, float(border), dtype=torch.float64)
+    (top, bottom), (left, right) = ah.border, aw.border
+    m[top:bottom, left:right] = float(interior)
     x_abs = input.detach().double().abs()
     w_abs = weight.detach().double().abs()
     interp = dict(mode=mode) if mode in geo.NEAREST_MODES else \
@@ -515,28 +598,30 @@ def resize_conv2d(input: torch.Tensor, weight: torch.Tensor, bias=None, *, size=
                   padding=0, dilation=1, groups=1) -> torch.Tensor:
     """``F.conv2d(F.interpolate(input, size, scale_factor, mode, align_corners), weight,
     bias, stride, padding, dilation, groups)`` without the upsampled intermediate where
-    the polyphase rewrite applies (:func:`resize_conv2d_plan`).
+    the rewrite applies (:func:`resize_conv2d_plan`; the method with fewer
+    multiply-accumulates runs).
 
     Args:
         input: ``(N, C, H, W)`` floating tensor (contiguous or channels_last).
         weight: ``(C_out, C / groups, kH, kW)`` tensor of ``input``'s dtype and device.
         bias: None or ``(C_out,)``.
         size, scale_factor: as ``F.interpolate`` (exactly one).
-        mode: any ``F.interpolate`` mode; the polyphase path takes ``'nearest'``,
+        mode: any ``F.interpolate`` mode; the rewrite takes ``'nearest'``,
             ``'nearest-exact'`` and ``'bilinear'``. ``align_corners`` False means "not
             set" for the nearest modes.
-        align_corners: bilinear: ``False`` (half-pixel) takes the polyphase path for
+        align_corners: bilinear: ``False`` (half-pixel) is rewritten for
             ``out == s * in``; ``True`` for ``out - 1 == s * (in - 1)`` (the grids align;
             ``out == s * in`` is then not a constant-phase resize and runs the
             composition).
         stride, padding, dilation, groups: as ``F.conv2d`` (padding an int, a pair,
-            ``'valid'`` or ``'same'``); the polyphase path takes stride 1, dilation 1,
-            groups 1 and symmetric zero padding.
+            ``'valid'`` or ``'same'``); the rewrite takes stride 1, dilation 1, groups 1
+            and symmetric zero padding.
 
     Returns:
         ``(N, C_out, H_out, W_out)``, channels_last when the input or weight is. Where the
-        polyphase path runs, values are within float rounding of the composition (bound:
-        :func:`error_bound`), differentiable with respect to input, weight and bias.
+        rewrite runs, values are within float rounding of the composition (bound:
+        :func:`resize_conv2d_error_bound`), differentiable with respect to input, weight
+        and bias.
 
     Raises:
         TypeError, ValueError: invalid arguments, naming the argument, before any work.
@@ -574,18 +659,20 @@ def _composition(input, weight, bias, args: _Args) -> torch.Tensor:
 
 def _apply(input, weight, bias, plan: ResizeConvPlan) -> torch.Tensor:
     ah, aw = plan.axes
-    out = _run(input, weight, bias, ah, aw)
+    out = _run(input, weight, bias, ah, aw, plan.method)
     if is_channels_last(input) or is_channels_last(weight):
         return out.contiguous(memory_format=torch.channels_last)
     return out.contiguous()
 
 
-def _run(x: torch.Tensor, w: torch.Tensor, b, ah: _Axis, aw: _Axis) -> torch.Tensor:
-    """The convolution of the zero-padded upsampled ``x``: the phase convolutions
-    everywhere, the rows and columns that reach the zero padding replaced by a direct
-    convolution of thin upsampled strips."""
+def _run(x: torch.Tensor, w: torch.Tensor, b, ah: _Axis, aw: _Axis,
+         method: str) -> torch.Tensor:
+    """The convolution of the zero-padded upsampled ``x``: the output phases everywhere,
+    the rows and columns that reach the zero padding replaced by a direct convolution of
+    thin upsampled strips."""
     n, cout = x.shape[0], w.shape[0]
-    phases = _phases(x, w, b, ah, aw)
+    phases = _mix_first_phases(x, w, b, ah, aw) if method == 'mix_first' else \
+        _polyphase_phases(x, w, b, ah, aw)
     (top, bottom), (left, right) = ah.border, aw.border
     # upsampled rows [-P, top - P + k - 1) (zero rows included), all columns; etc.
     rows = _borders(x, w, b, ah, aw, 2, top, bottom)
@@ -594,9 +681,9 @@ def _run(x: torch.Tensor, w: torch.Tensor, b, ah: _Axis, aw: _Axis) -> torch.Ten
         return _assemble_traceable(phases, rows, cols, n, cout, ah, aw)
     # one pass: every phase group and border strip written into its place
     out = x.new_empty((n, cout, ah.blocks, ah.s, aw.blocks, aw.s))
-    for (q0, q1, _, _), (p0, p1, _, _), y in phases:
-        out[:, :, :, q0:q1, :, p0:p1] = y.view(n, cout, q1 - q0, p1 - p0, ah.blocks,
-                                               aw.blocks).permute(0, 1, 4, 2, 5, 3)
+    for (q0, q1, _, _), (p0, p1, _, _), (c0, c1), y in phases:
+        out[:, c0:c1, :, q0:q1, :, p0:p1] = y.view(
+            n, c1 - c0, q1 - q0, p1 - p0, ah.blocks, aw.blocks).permute(0, 1, 4, 2, 5, 3)
     out = out.view(n, cout, ah.blocks * ah.s, aw.blocks * aw.s)[:, :, :ah.n_out, :aw.n_out]
     for part, (start, end) in zip(rows, ((0, top), (bottom, ah.n_out))):
         if part is not None:
@@ -616,7 +703,7 @@ def _tracing() -> bool:
 
 def _assemble_traceable(phases, rows, cols, n, cout, ah: _Axis, aw: _Axis):
     grid: List[List[torch.Tensor]] = []
-    for (q0, q1, _, _), (p0, p1, _, _), y in phases:
+    for (q0, q1, _, _), (p0, p1, _, _), _, y in phases:
         y = y.view(n, cout, q1 - q0, p1 - p0, ah.blocks, aw.blocks)
         if p0 == 0:
             grid.append([])
@@ -716,20 +803,98 @@ def _phase_kernels(w: torch.Tensor, ah: _Axis, aw: _Axis) -> list:
     return kernels
 
 
-def _phases(x: torch.Tensor, w: torch.Tensor, b, ah: _Axis, aw: _Axis) -> list:
-    """The phase convolutions of the edge-replicated ``x``: ``[(gh, gw, y), ...]`` with
-    ``y`` of shape ``(N, C_out * phases, blocks_h, blocks_w)``, channels ``(o, a, b)``
-    (exact away from the zero padding)."""
+def _replicated_window(x: torch.Tensor, ah: _Axis, aw: _Axis, lo: int, th: int, lo2: int,
+                       tw: int) -> torch.Tensor:
+    """The edge-replicated input over the low-resolution offsets a phase group reads:
+    rows ``[lo, blocks_h - 1 + lo + th)``, columns likewise (clamped indices, as
+    PyTorch's interpolation clamps its source indices)."""
     ph, pw = ah.replicate_pad, aw.replicate_pad
     xr = F.pad(x, (pw[0], pw[1], ph[0], ph[1]), mode='replicate') if ph + pw != (0,) * 4 \
         else x
+    return xr[:, :, lo + ph[0]:lo + ph[0] + ah.blocks + th - 1,
+              lo2 + pw[0]:lo2 + pw[0] + aw.blocks + tw - 1]
+
+
+def _polyphase_phases(x: torch.Tensor, w: torch.Tensor, b, ah: _Axis, aw: _Axis) -> list:
+    """The phase convolutions of the edge-replicated ``x``: ``[(gh, gw, (0, C_out), y),
+    ...]`` with ``y`` of shape ``(N, C_out * phases, blocks_h, blocks_w)``, channels
+    ``(o, a, b)`` (exact away from the zero padding)."""
     result = []
     for gh, gw, v in _cached_kernels(w, ah, aw):
         (q0, q1, lo, hi), (p0, p1, lo2, hi2) = gh, gw
-        xs = xr[:, :, lo + ph[0]:lo + ph[0] + ah.blocks + hi - lo,
-                lo2 + pw[0]:lo2 + pw[0] + aw.blocks + hi2 - lo2]
+        xs = _replicated_window(x, ah, aw, lo, hi - lo + 1, lo2, hi2 - lo2 + 1)
         bias = None if b is None else b.repeat_interleave((q1 - q0) * (p1 - p0))
-        result.append((gh, gw, F.conv2d(xs, v, bias)))
+        result.append((gh, gw, (0, w.shape[0]), F.conv2d(xs, v, bias)))
+    return result
+
+
+def pointwise_conv2d(x: torch.Tensor, w: torch.Tensor, bias=None) -> torch.Tensor:
+    """``F.conv2d(x, w, bias)`` for a 1x1 ``w`` (or its ``(C_out, C_in)`` matrix). On
+    contiguous CPU tensors in eager mode a batched matrix product (the same sums; on the
+    development CPU a 1x1 convolution of low-resolution maps ran up to half as fast);
+    traced and exported calls and other devices keep the convolution (what exporters
+    and the NPU planner know)."""
+    if x.device.type != 'cpu' or not x.is_contiguous() or _tracing():
+        return F.conv2d(x, w.reshape(w.shape[0], -1, 1, 1), bias)
+    n, c, h, wd = x.shape
+    # bmm of the (broadcast) weight: its result is already (N, C_out, H*W); matmul would
+    # compute the transposed product and copy it back
+    out = torch.bmm(w.reshape(w.shape[0], c).expand(n, -1, -1), x.view(n, c, h * wd))
+    if bias is not None:
+        out = out.add_(bias.view(1, -1, 1))
+    return out.view(n, -1, h, wd)
+
+
+@lru_cache(maxsize=128)
+def _mix_first_matrix(ah: _Axis, aw: _Axis) -> np.ndarray:
+    """``V[(a, b), (kh, kw), rh, rw]``: the coefficient of mixed map ``(kh, kw)`` at
+    low-resolution offset ``(rh, rw)`` (from the union footprint's ``lo``) in output
+    phase ``(a, b)`` (float64; products of the exact per-axis weights)."""
+    (gh,), (gw,) = ah.groups, aw.groups
+    t = _phase_matrix(ah, aw, gh, gw)  # ((a, b, rh, rw), (kh, kw))
+    (_, th), (_, tw) = _span(ah), _span(aw)
+    v = t.reshape(ah.s * aw.s, th, tw, ah.k * aw.k).transpose(0, 3, 1, 2).copy()
+    v.setflags(write=False)
+    return v
+
+
+def _mix_first_phases(x: torch.Tensor, w: torch.Tensor, b, ah: _Axis, aw: _Axis) -> list:
+    """The output phases by mixing channels first: ``z[(o, kh, kw)] = w[o, :, kh, kw] ·
+    x_r`` on the edge-replicated low-resolution window ``x_r`` (the bias in the first
+    tap's maps: every phase weighs each map's values with interpolation weights that sum
+    to one), then per channel ``o`` one convolution of its ``kH * kW`` maps with the
+    fixed kernel ``V`` (:func:`_mix_first_matrix`), giving its ``s_h * s_w`` phases.
+    Eagerly, output channels go in chunks so that the mixed maps of one chunk are no
+    larger than its output. ``[(gh, gw, (c0, c1), y), ...]`` as
+    :func:`_polyphase_phases`."""
+    (gh,), (gw,) = ah.groups, aw.groups
+    (lo, th), (lo2, tw) = _span(ah), _span(aw)
+    xs = _replicated_window(x, ah, aw, lo, th, lo2, tw)
+    n, cin, hp, wp = xs.shape
+    cout, kk, phases = w.shape[0], ah.k * aw.k, ah.s * aw.s
+    v = torch.tensor(_mix_first_matrix(ah, aw), dtype=x.dtype, device=x.device)
+    # rows (o, kh, kw) of the mixing matrix
+    w_mix = w.reshape(cout, cin, kk).transpose(1, 2).reshape(cout * kk, cin)
+    tracing = _tracing()
+    if not tracing:
+        xs = xs.contiguous()
+    chunks = 1 if tracing else max(1, min(cout, -(-kk * hp * wp // (
+        phases * ah.blocks * aw.blocks))))
+    step = -(-cout // chunks)
+    result = []
+    for c0 in range(0, cout, step):
+        c1 = min(cout, c0 + step)
+        rows = w_mix[c0 * kk:c1 * kk]
+        if b is None:
+            z = pointwise_conv2d(xs, rows)
+        elif tracing or x.device.type != 'cpu':
+            z = pointwise_conv2d(xs, rows, F.pad(b[c0:c1].view(-1, 1), (0, kk - 1)).flatten())
+        else:
+            z = pointwise_conv2d(xs, rows)
+            z.view(n, c1 - c0, kk, hp * wp)[:, :, 0].add_(b[c0:c1].view(1, -1, 1))
+        y = F.conv2d(z.reshape(n * (c1 - c0), kk, hp, wp), v)
+        result.append((gh, gw, (c0, c1), y.reshape(n, (c1 - c0) * phases, ah.blocks,
+                                                   aw.blocks)))
     return result
 
 

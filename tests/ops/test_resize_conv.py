@@ -1,5 +1,6 @@
-"""``resize_conv2d`` (polyphase upsample + convolution) against PyTorch's own composition
-``F.conv2d(F.interpolate(...))`` and a float64 composition, with the documented bound."""
+"""``resize_conv2d`` (upsample + convolution without the upsampled tensor) against
+PyTorch's own composition ``F.conv2d(F.interpolate(...))`` and a float64 composition,
+with the documented bound; both methods (mix-first and polyphase)."""
 from __future__ import annotations
 
 import itertools
@@ -9,8 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from mmseg_cann.ops import resize_conv as rc
 from mmseg_cann.ops import resize_conv2d, resize_conv2d_macs, resize_conv2d_plan
 from mmseg_cann.ops.resize_conv import resize_conv2d_error_bound
+
+METHODS = ['mix_first', 'polyphase']
 
 
 def _composition(x, w, b=None, *, size=None, scale_factor=None, mode='bilinear',
@@ -44,51 +48,59 @@ FACTORS = [2, 3, 4, 8]
 KERNELS = [(1, 0), (1, 1), (2, 1), (3, 0), (3, 1), (4, 3), (5, 2), (5, 1)]
 
 
+def _run_method(method, x, w, b, **kw):
+    """The op with ``method`` forced (``resize_conv2d`` itself runs the plan's choice)."""
+    plan = resize_conv2d_plan(x, w, b, method=method, **kw)
+    assert plan.applies and plan.method == method, plan.reason
+    return rc._apply(x, w, b, plan)
+
+
 # ------------------------------------------------------------------------ values
+@pytest.mark.parametrize('method', METHODS)
 @pytest.mark.parametrize('mode,align_corners', MODES, ids=lambda v: str(v))
 @pytest.mark.parametrize('s', FACTORS)
-def test_float64_matches_composition_every_shape(mode, align_corners, s):
-    """Every awkward shape, kernel and padding: the polyphase path runs and agrees with
-    PyTorch's composition to float64 rounding (exact in arithmetic, borders included)."""
+def test_float64_matches_composition_every_shape(mode, align_corners, s, method):
+    """Every awkward shape, kernel and padding, both methods: the rewrite runs and agrees
+    with PyTorch's composition to float64 rounding (exact in arithmetic, borders
+    included)."""
     for seed, (hw, (k, pad)) in enumerate(itertools.product(SHAPES, KERNELS)):
         x, w, b = _make((2, 3) + hw, k, seed=seed)
         size = _sizes(hw, s, mode, align_corners)
         if min(size) + 2 * pad < k:
             continue  # no output (PyTorch raises; see test_bad_input_names_the_argument)
         kw = dict(size=size, mode=mode, align_corners=align_corners, padding=pad)
-        plan = resize_conv2d_plan(x, w, b, **kw)
-        assert plan.applies, (hw, k, pad, plan.reason)
-        got = resize_conv2d(x, w, b, **kw)
+        got = _run_method(method, x, w, b, **kw)
         expected = _composition(x, w, b, **kw)
         assert got.shape == expected.shape and got.dtype == torch.float64
-        bound = resize_conv2d_error_bound(x, w, b, **kw)
+        bound = resize_conv2d_error_bound(x, w, b, method=method, **kw)
         assert ((got - expected).abs() <= 2 * bound).all(), (hw, k, pad)
         scale = bound.max() / (bound.new_tensor(float(x.shape[1] * 9 + 3)) * 2.0 ** -53)
         assert (got - expected).abs().max() <= 1e-12 * scale, (hw, k, pad)
 
 
+@pytest.mark.parametrize('method', METHODS)
 @pytest.mark.parametrize('scale_factor', [2, 3.0, (2, 4), (4, 1), (1.0, 8.0)])
-def test_scale_factor_and_unequal_factors(scale_factor):
+def test_scale_factor_and_unequal_factors(scale_factor, method):
     x, w, b = _make((1, 3, 5, 6), 3)
     kw = dict(scale_factor=scale_factor, mode='bilinear', padding=1)
-    assert resize_conv2d_plan(x, w, b, **kw).applies
-    torch.testing.assert_close(resize_conv2d(x, w, b, **kw), _composition(x, w, b, **kw),
-                               rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(_run_method(method, x, w, b, **kw),
+                               _composition(x, w, b, **kw), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize('method', METHODS)
 @pytest.mark.parametrize('mode,align_corners', MODES[::2] + MODES[3:], ids=str)
 @pytest.mark.parametrize('s', [2, 3, 4, 8])
-def test_float32_large_activations_within_bound(mode, align_corners, s):
+def test_float32_large_activations_within_bound(mode, align_corners, s, method):
     """float32, random weights, activations ~1e4: within the documented bound of the
     float64 composition, and of PyTorch's float32 composition (twice the bound); and in
     practice no worse than the composition's own rounding."""
     x, w, b = _make((2, 64, 6, 5), 3, cout=32, dtype=torch.float32, seed=s, scale=1e4)
     kw = dict(size=_sizes((6, 5), s, mode, align_corners), mode=mode,
               align_corners=align_corners, padding=1)
-    got = resize_conv2d(x, w, b, **kw)
+    got = _run_method(method, x, w, b, **kw)
     direct = _composition(x, w, b, **kw)
     exact = _composition(x.double(), w.double(), b.double(), **kw)
-    bound = resize_conv2d_error_bound(x, w, b, **kw)
+    bound = resize_conv2d_error_bound(x, w, b, method=method, **kw)
     assert ((got.double() - exact).abs() <= bound).all()
     assert ((got.double() - direct.double()).abs() <= 2 * bound).all()
     assert (got.double() - exact).abs().max() <= 4 * (direct.double() - exact).abs().max()
@@ -107,11 +119,12 @@ def test_float32_bound_includes_pytorch_geometry_rounding():
     assert ((got.double() - _composition(x, w, b, **kw).double()).abs() <= 2 * bound).all()
 
 
+@pytest.mark.parametrize('method', METHODS)
 @pytest.mark.parametrize('layout', ['contiguous', 'channels_last'])
-def test_batch_and_layout(layout):
+def test_batch_and_layout(layout, method):
     x, w, b = _make((3, 5, 4, 7), 3, dtype=torch.float32, layout=layout)
     kw = dict(size=(16, 28), mode='bilinear', padding=1)
-    got = resize_conv2d(x, w, b, **kw)
+    got = _run_method(method, x, w, b, **kw)
     expected = _composition(x, w, b, **kw)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     cl = torch.channels_last
@@ -119,13 +132,27 @@ def test_batch_and_layout(layout):
     assert got.is_contiguous() == expected.is_contiguous()
 
 
-def test_padding_strings_and_no_bias():
+@pytest.mark.parametrize('method', METHODS)
+def test_padding_strings_and_no_bias(method):
     x, w, _ = _make((1, 2, 3, 4), 3)
     for padding, same in (('same', 1), ('valid', 0)):
         kw = dict(size=(12, 16), mode='nearest', padding=padding)
-        assert resize_conv2d_plan(x, w, **kw).applies
-        torch.testing.assert_close(resize_conv2d(x, w, **kw),
+        torch.testing.assert_close(_run_method(method, x, w, None, **kw),
                                    _composition(x, w, **{**kw, 'padding': same}))
+
+
+def test_auto_takes_the_method_with_fewer_macs():
+    """Few input channels: the polyphase kernels are cheaper; many: mixing first (its
+    channel products run at low resolution, the rest scales with C_out alone)."""
+    for cin, expected in ((3, 'polyphase'), (64, 'mix_first')):
+        shapes = ((1, cin, 8, 8), (16, cin, 3, 3))
+        plans = {m: resize_conv2d_plan(*shapes, size=(32, 32), padding=1, method=m)
+                 for m in METHODS}
+        auto = resize_conv2d_plan(*shapes, size=(32, 32), padding=1)
+        assert auto.method == expected
+        assert auto.macs_rewritten == min(p.macs_rewritten for p in plans.values())
+        assert plans[expected].macs_rewritten < plans[
+            {'polyphase': 'mix_first', 'mix_first': 'polyphase'}[expected]].macs_rewritten
 
 
 # ----------------------------------------------------------------------- gradients
@@ -133,20 +160,21 @@ def test_padding_strings_and_no_bias():
     ('bilinear', False, 2, (3, 4), 3, 1), ('bilinear', False, 3, (1, 3), 3, 1),
     ('bilinear', True, 2, (3, 2), 3, 0), ('nearest', False, 4, (2, 1), 3, 1),
     ('bilinear', False, 4, (2, 2), 5, 2), ('bilinear', False, 2, (2, 3), 1, 1)])
-def test_gradcheck_float64(mode, align_corners, s, hw, k, pad):
+@pytest.mark.parametrize('method', METHODS)
+def test_gradcheck_float64(mode, align_corners, s, hw, k, pad, method):
     x, w, b = _make((1, 2) + hw, k, cout=2)
     kw = dict(size=_sizes(hw, s, mode, align_corners), mode=mode,
               align_corners=align_corners, padding=pad)
-    assert resize_conv2d_plan(x, w, b, **kw).applies
     inputs = tuple(t.clone().requires_grad_() for t in (x, w, b))
     # fast mode: random projections of the Jacobian (the full one for a 1xN input)
-    assert torch.autograd.gradcheck(lambda *t: resize_conv2d(*t, **kw), inputs,
+    assert torch.autograd.gradcheck(lambda *t: _run_method(method, *t, **kw), inputs,
                                     fast_mode=hw[0] > 1)
 
 
+@pytest.mark.parametrize('method', METHODS)
 @pytest.mark.parametrize('mode', ['nearest', 'bilinear'])
 @pytest.mark.parametrize('s', [2, 4, 8])
-def test_float32_gradients_match_composition(mode, s):
+def test_float32_gradients_match_composition(mode, s, method):
     """Gradients of input, weight and bias against the float64 composition's, within
     the same kind of bound: gamma(m) times the gradient of the absolute-value
     composition, ``m`` the most products in one gradient sum."""
@@ -162,7 +190,7 @@ def test_float32_gradients_match_composition(mode, s):
         gg = g.to(dtype).abs() if absolute else g.to(dtype)
         return torch.autograd.grad(fn(*ts, **kw), ts, gg)
 
-    got = grads(resize_conv2d, torch.float32)
+    got = grads(lambda *t, **k: _run_method(method, *t, **k), torch.float32)
     direct = grads(_composition, torch.float32)
     exact = grads(_composition, torch.float64)
     magnitude = grads(_composition, torch.float64, absolute=True)
@@ -188,7 +216,7 @@ def test_fallback_is_the_composition(kw, why):
     x, w, b = _make((2, 4, 3, 4), 3, dtype=torch.float32)
     plan = resize_conv2d_plan(x, w, b, **kw)
     assert not plan.applies and why in plan.reason
-    assert plan.macs_direct == plan.macs_polyphase
+    assert plan.macs_direct == plan.macs_rewritten
     assert torch.equal(resize_conv2d(x, w, b, **kw), _composition(x, w, b, **kw))
 
 
@@ -252,44 +280,68 @@ def test_bad_input_names_the_argument(call, exc, words):
 
 
 # ----------------------------------------------------------------------- MACs
-def _counted_macs(fn):
-    """Convolution multiply-accumulates torch counts (the phase kernels' preparation, a
-    weight-sized product, is not a convolution)."""
+def _counted_macs(fn, weight_sized=0):
+    """Convolution and matrix-product multiply-accumulates torch counts, less
+    ``weight_sized`` (the polyphase kernels' preparation, a product of the weight with
+    fixed coefficients, is not part of the count)."""
     with FlopCounterMode(display=False) as counter:
         fn()
-    return counter.get_flop_counts()['Global'][torch.ops.aten.convolution] // 2
+    flops = counter.get_flop_counts()['Global']
+    ops = (torch.ops.aten.convolution, torch.ops.aten.bmm, torch.ops.aten.mm)
+    return sum(flops.get(op, 0) for op in ops) // 2 - weight_sized
 
 
-@pytest.mark.parametrize('grouping', ['footprint', 'union'])
+def _kernel_preparation_macs(plan, w):
+    """MACs of the polyphase kernels' products ``T @ w`` (one per phase group)."""
+    ah, aw = plan.axes
+    cout, cin, kh, kw = w.shape
+    return sum(cout * (gh[1] - gh[0]) * (gw[1] - gw[0]) * (gh[3] - gh[2] + 1) *
+               (gw[3] - gw[2] + 1) * kh * kw * cin for gh in ah.groups for gw in aw.groups)
+
+
+@pytest.mark.parametrize('method,grouping', [('polyphase', 'footprint'),
+                                             ('polyphase', 'union'), ('mix_first', 'union')])
 @pytest.mark.parametrize('s', [2, 3, 4, 8])
-def test_macs_are_what_runs(s, grouping):
-    """The MAC counter agrees with torch's flop counter on both paths."""
-    from mmseg_cann.ops import resize_conv as rc
+def test_macs_are_what_runs(s, method, grouping):
+    """The MAC counter agrees with torch's flop counter on every method."""
     x, w, b = _make((1, 6, 4, 5), 3, cout=5, dtype=torch.float32)
     kw = dict(size=(4 * s, 5 * s), padding=1)
-    plan = resize_conv2d_plan(x, w, b, grouping=grouping, **kw)
-    assert _counted_macs(lambda: rc._apply(x, w, b, plan)) == plan.macs_polyphase
+    plan = resize_conv2d_plan(x, w, b, grouping=grouping, method=method, **kw)
+    rc._KERNEL_CACHE.clear()
+    preparation = _kernel_preparation_macs(plan, w) if method == 'polyphase' else 0
+    assert _counted_macs(lambda: rc._apply(x, w, b, plan), preparation) == \
+        plan.macs_rewritten
     assert _counted_macs(lambda: _composition(x, w, b, **kw)) == plan.macs_direct
 
 
 def test_uperhead_bottleneck_macs():
     """fpn_bottleneck at 512x1024 input: 4 maps at 128x256, three resized 2x/4x/8x,
-    a 3x3 conv 4*512 -> 512 split per input: 309 G -> 257 G (0.83x)."""
+    a 3x3 conv 4*512 -> 512 split per input: 309 G -> 114 G (0.37x) mixing first,
+    257 G (0.83x) with polyphase kernels."""
     w = (512, 512, 3, 3)
-    direct = polyphase = 0
-    ratios = {}
-    for s in (1, 2, 4, 8):
-        d, p = resize_conv2d_macs((1, 512, 128 // s, 256 // s), w, size=(128, 256),
-                                  padding=1)
-        ratios[s] = p / d
-        direct, polyphase = direct + d, polyphase + p
-    assert round(direct / 1e9) == 309
-    # interior taps per axis (2s + 2) / s of 3, plus the border strips
-    for s in (2, 4, 8):
-        assert ((2 * s + 2) / s / 3) ** 2 <= ratios[s] <= ((2 * s + 2) / s / 3) ** 2 + 0.03
-    # 309 G -> 257 G: the interior alone would be 252 G, the border rows and columns
-    # recomputed directly add 2.3% of each resized slice
-    assert round(polyphase / 1e9) == 257 and polyphase / direct < 0.835
+    direct = {'mix_first': 0, 'polyphase': 0}
+    rewritten = dict(direct)
+    for method in direct:
+        for s in (1, 2, 4, 8):
+            d, r = resize_conv2d_macs((1, 512, 128 // s, 256 // s), w, size=(128, 256),
+                                      padding=1, method=method)
+            direct[method] += d
+            rewritten[method] += r
+            if s == 1 or method != 'mix_first':
+                continue
+            # written out: the 9 tap matrices over the (128/s + 2) x (256/s + 2)
+            # replicated window; per channel a 9-map, 3x3 (union footprint) convolution
+            # giving s*s phases; the first and last row and column directly
+            h, wd = 128 // s, 256 // s
+            mixing = 9 * 512 * 512 * (h + 2) * (wd + 2)
+            phases = 512 * s * s * 9 * 9 * h * wd
+            border = 512 * 512 * 9 * (2 * 256 + 2 * 128)
+            assert r == mixing + phases + border
+    assert round(direct['mix_first'] / 1e9) == 309
+    # the unresized slice (77.3 G) is most of what is left
+    assert round(rewritten['mix_first'] / 1e9) == 114
+    # polyphase: interior taps per axis (2s + 2) / s of 3 (252 G), plus the border strips
+    assert round(rewritten['polyphase'] / 1e9) == 257
 
 
 # ----------------------------------------------------------------------- inference cache
@@ -314,9 +366,9 @@ def test_phase_kernels_follow_weight_updates():
 
 # ----------------------------------------------------------------------- ONNX
 class _ResizeConv(torch.nn.Module):
-    def __init__(self, factor):
+    def __init__(self, factor, channels=4):
         super().__init__()
-        self.conv = torch.nn.Conv2d(4, 3, 3, padding=1)
+        self.conv = torch.nn.Conv2d(channels, 3, 3, padding=1)
         self.factor = factor
 
     def forward(self, x):
@@ -324,15 +376,17 @@ class _ResizeConv(torch.nn.Module):
         return resize_conv2d(x, self.conv.weight, self.conv.bias, size=size, padding=1)
 
 
+@pytest.mark.parametrize('channels,method', [(4, 'polyphase'), (48, 'mix_first')])
 @pytest.mark.parametrize('target', ['onnx', 'atc'])
-def test_onnx_export_runs_in_onnxruntime(target):
-    """The polyphase form exports (Conv, DepthToSpace, Pad, Slice, ...; no Resize) and
+def test_onnx_export_runs_in_onnxruntime(target, channels, method):
+    """Both methods export (Conv, DepthToSpace, Pad, Slice, ...; no Resize) and
     onnxruntime (and the graph as ATC reads it) reproduces the op."""
     pytest.importorskip('onnxruntime')
     from mmseg_cann.onnx import atc_reading, export_onnx
     from mmseg_cann.onnx.runtime import run_onnx
-    model = _ResizeConv(4).eval()
-    x = torch.randn(1, 4, 5, 7, generator=torch.Generator().manual_seed(0))
+    model = _ResizeConv(4, channels).eval()
+    x = torch.randn(1, channels, 5, 7, generator=torch.Generator().manual_seed(0))
+    assert resize_conv2d_plan(x, model.conv.weight, size=(20, 28), padding=1).method == method
     with torch.no_grad():
         expected = model(x).numpy()
         direct = _composition(x, model.conv.weight, model.conv.bias, size=(20, 28),

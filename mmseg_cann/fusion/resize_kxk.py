@@ -1,5 +1,4 @@
-"""``UPerHead.fpn_bottleneck`` through the polyphase
-:func:`mmseg_cann.ops.resize_conv.resize_conv2d`.
+"""``UPerHead.fpn_bottleneck`` through :func:`mmseg_cann.ops.resize_conv.resize_conv2d`.
 
 UPerHead concatenates its four FPN outputs, three of them resized (2x, 4x, 8x) to the
 first one's size, and runs a 3x3 ``ConvModule`` on the concat. A convolution over a
@@ -10,13 +9,13 @@ slices, so the rewrite computes
 
 (the non-resized part as a plain convolution carrying the bias once), then the
 ConvModule's norm and activation on the full-size sum, as its ``forward`` would. Each
-``resize_conv2d`` is a polyphase convolution on the low-resolution map where its plan
-applies (integer factors, nearest/bilinear) and the composition otherwise; a factor of 2
-runs the composition (its phases need 3 taps per axis, no fewer multiply-accumulates than
-the direct convolution). The full-size concat is never made. The top-down path uses the fused
-``upsample_add`` as :func:`mmseg_cann.fusion.fuse_upsample_add` does. Values: within the
-bound of :func:`mmseg_cann.ops.resize_conv.resize_conv2d_error_bound` summed over the
-parts (float32 rounding of reordered sums).
+``resize_conv2d`` works on the low-resolution map where its plan applies (integer
+factors, nearest/bilinear; for UPerHead's 512-channel maps it mixes the channels at low
+resolution first: 0.30x, 0.11x and 0.06x the direct multiply-accumulates at 2x, 4x, 8x)
+and runs the composition otherwise. The full-size concat is never made. The top-down
+path uses the fused ``upsample_add`` as :func:`mmseg_cann.fusion.fuse_upsample_add` does.
+Values: within the bound of :func:`mmseg_cann.ops.resize_conv.resize_conv2d_error_bound`
+summed over the parts (float32 rounding of reordered sums).
 """
 from __future__ import annotations
 
@@ -65,10 +64,6 @@ def bottleneck_over_resized(cm, maps, mode, align_corners):
     for m, w in zip(maps[1:], weights[1:]):
         if tuple(m.shape[2:]) == size:
             part = F.conv2d(m, w, padding=pad)
-        elif size == (2 * m.shape[2], 2 * m.shape[3]):
-            # a factor of 2 saves no multiply-accumulates (3 taps per axis per phase, plus
-            # the border strips: 1.02x the direct convolution): the composition runs
-            part = F.conv2d(rc._resize(m, size, mode, align_corners), w, padding=pad)
         else:
             part = resize_conv2d(m, w, size=size, mode=mode, align_corners=align_corners,
                                  padding=pad)
@@ -79,7 +74,7 @@ def bottleneck_over_resized(cm, maps, mode, align_corners):
 
 def _uper_forward_feature(self, inputs):
     """``UPerHead._forward_feature`` with the top-down adds fused and ``fpn_bottleneck``
-    as a sum of polyphase convolutions of the low-resolution FPN outputs."""
+    as a sum of :func:`resize_conv2d` calls on the low-resolution FPN outputs."""
     reason = rc._first(_uper_reason(self), rc._global_hooks_reason())
     if reason is not None:
         return rc._unfused(self, '_forward_feature', reason, inputs)
@@ -111,8 +106,8 @@ def _uper_forward_feature(self, inputs):
     return out
 
 
-#: the polyphase sites (:func:`mmseg_cann.fusion.fuse_resize_conv`)
+#: the kxk sites (:func:`mmseg_cann.fusion.fuse_resize_conv`)
 SITES: List[Site] = [
     Site('mmseg.models.decode_heads.uper_head.UPerHead', 'fpn_bottleneck',
-         'kxk ConvModule over cat of resized maps (polyphase)', '_forward_feature',
+         'kxk ConvModule over cat of resized maps (resize_conv2d)', '_forward_feature',
          _uper_reason, _uper_forward_feature)]
