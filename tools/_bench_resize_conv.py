@@ -16,14 +16,16 @@ Usage::
 
 The second form prints the multiply-accumulates (MACs) of one forward pass, whole model,
 decode head and the rewritten site, unrewritten and rewritten, counted from the aten calls
-(:func:`count_macs`: convolutions and linear layers with ``torch.utils.flop_counter``'s
-formulas, MACs = FLOPs / 2; attention products, interpolation and element-wise ops are not
-counted). The head is the whole model minus ``extract_feat`` (backbone and neck); the
-unrewritten site is its convolution's count; a rewritten site's convolutions run inside
-its head's ``forward``, so its count is the rewritten head's minus what the head spends
-outside the site (the same in both models). The third form measures one-thread process
-CPU time instead (robust on a machine shared with other work, where multi-threaded wall
-time is not; :func:`cpu_time_ratios`).
+(:func:`count_macs`: convolutions, linear layers and matrix products with
+``torch.utils.flop_counter``'s formulas, MACs = FLOPs / 2; interpolation and element-wise
+ops are not counted). The attention's own products (those inside
+``nn.MultiheadAttention`` calls, beyond its linear projections) are counted apart: the
+whole model is given without them and with them. The head is the whole model minus
+``extract_feat`` (backbone and neck); the unrewritten site is its convolution's count; a
+rewritten site's convolutions run inside its head's ``forward``, so its count is the
+rewritten head's minus what the head spends outside the site (the same in both models).
+The third form measures one-thread process CPU time instead (robust on a machine shared
+with other work, where multi-threaded wall time is not; :func:`cpu_time_ratios`).
 """
 from __future__ import annotations
 
@@ -131,31 +133,55 @@ def cases(case_cls) -> list:
     ]
 
 
-#: the aten ops counted: convolutions and linear layers (attention products are not)
-COUNTED = ('convolution', 'addmm', 'mm')
+#: the aten ops counted: convolutions, linear layers, matrix products (the rewrite's 1x1
+#: products run as ``bmm`` on the CPU)
+COUNTED = ('convolution', 'addmm', 'mm', 'bmm', 'baddbmm')
+#: the attention's own products: matrix products inside these modules' calls
+ATTENTION = (torch.nn.MultiheadAttention,)
 
 
-def count_macs(fn, *args) -> float:
-    """Conv + linear MACs of ``fn(*args)`` (no gradient), from the aten calls it makes
-    (FLOP formulas of ``torch.utils.flop_counter``; MACs = FLOPs / 2). A dispatch mode,
-    not ``FlopCounterMode``: that one tracks modules with global module hooks, with
-    which the rewritten sites run unrewritten (hooks must see every module call)."""
+def count_macs(model, fn, *args) -> dict:
+    """MACs of ``fn(*args)`` (no gradient) from the aten calls it makes (FLOP formulas of
+    ``torch.utils.flop_counter``; MACs = FLOPs / 2): ``{'layers': ..., 'attention':
+    ...}``, the second the matrix products made inside the :data:`ATTENTION` modules of
+    ``model`` other than their linear projections (``addmm``/``mm``/``linear``). A
+    dispatch mode with hooks on those modules only, not ``FlopCounterMode``: that one
+    tracks modules with global module hooks, with which the rewritten sites run
+    unrewritten (hooks must see every module call)."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import flop_registry
 
-    class Counter(TorchDispatchMode):
-        macs = 0.0
+    macs = {'layers': 0.0, 'attention': 0.0}
+    depth = [0]
 
+    class Counter(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             packet = func._overloadpacket
             if packet.__name__ in COUNTED and packet in flop_registry:
-                Counter.macs += flop_registry[packet](*args, **kwargs, out_val=out) / 2
+                key = 'attention' if depth[0] and packet.__name__ in ('bmm', 'baddbmm') \
+                    else 'layers'
+                macs[key] += flop_registry[packet](*args, **kwargs, out_val=out) / 2
             return out
-    with torch.no_grad(), Counter():
-        fn(*args)
-    return Counter.macs
+
+    def enter(*_):
+        depth[0] += 1
+
+    def leave(*_):
+        depth[0] -= 1
+    handles = []
+    for module in model.modules():
+        if isinstance(module, ATTENTION):
+            handles += [module.register_forward_pre_hook(enter),
+                        module.register_forward_hook(leave)]
+    try:
+        with torch.no_grad(), Counter():
+            fn(*args)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return macs
 
 
 def _conv_macs(model, path: str, x) -> float:
@@ -175,17 +201,24 @@ def _conv_macs(model, path: str, x) -> float:
 
 
 def site_macs(model: str) -> dict:
-    """Whole-model, decode-head and site MACs, unrewritten and rewritten."""
+    """Whole-model (without and with the attention's products), decode-head and site
+    MACs, unrewritten and rewritten."""
     base, hw, site = MODELS[model]
     plain, fused = build(base)
     x = _image(hw)
-    whole_a = count_macs(lambda t: plain(t, mode='tensor'), x)
-    whole_b = count_macs(lambda t: fused(t, mode='tensor'), x)
-    features = count_macs(plain.extract_feat, x)  # backbone + neck: the same in both
-    head_a, head_b = whole_a - features, whole_b - features
+    whole_a = count_macs(plain, lambda t: plain(t, mode='tensor'), x)
+    whole_b = count_macs(fused, lambda t: fused(t, mode='tensor'), x)
+    # backbone + neck: the same in both
+    features = count_macs(plain, plain.extract_feat, x)['layers']
+    attention = whole_a['attention']
+    assert whole_b['attention'] == attention  # the rewrite does not touch attention
+    head_a, head_b = whole_a['layers'] - features, whole_b['layers'] - features
     site_a = _conv_macs(plain, site, x)
     site_b = head_b - (head_a - site_a)
-    return dict(model=model, config=base, input=hw, site=site, whole=(whole_a, whole_b),
+    return dict(model=model, config=base, input=hw, site=site,
+                whole=(whole_a['layers'], whole_b['layers']),
+                whole_with_attention=(whole_a['layers'] + attention,
+                                      whole_b['layers'] + attention),
                 decode_head=(head_a, head_b), site_macs=(site_a, site_b))
 
 
@@ -267,12 +300,13 @@ def main(argv=None) -> int:
                 json.dump(rows, f, indent=1)
         return 0
     rows = [site_macs(m) for m in args.models]
-    print('| model, input | site | whole model | decode head | site |')
-    print('|---|---|---:|---:|---:|')
+    print('| model, input | site | whole model | with attention | decode head | site |')
+    print('|---|---|---:|---:|---:|---:|')
     g = 1e9
     for r in rows:
         cells = [f'{p / g:.2f} G -> {f / g:.2f} G ({f / p:.2f}x)'
-                 for p, f in (r['whole'], r['decode_head'], r['site_macs'])]
+                 for p, f in (r['whole'], r['whole_with_attention'], r['decode_head'],
+                              r['site_macs'])]
         print(f"| {r['model']} {r['input'][0]}x{r['input'][1]} | {r['site']} | "
               + ' | '.join(cells) + ' |')
     if args.json:

@@ -195,17 +195,11 @@ def _resize(z, size, mode, align_corners):
 
 
 def _resize_add(z, acc, mode, align_corners):
-    """``acc + resize(z, size=acc.shape[-2:])`` (one pass where the fused op applies).
-    ``acc`` is an intermediate of the rewrite that nothing else holds; with autograd
-    recording (the fused op is not differentiable) the sum goes into it in place,
-    sparing a full-size allocation (no backward formula needs the summands)."""
-    if _plain_torch() or z.dtype != acc.dtype:
-        return acc + _resize(z, acc.shape[-2:], mode, align_corners)
-    if torch.is_grad_enabled() and (z.requires_grad or acc.requires_grad):
-        return acc.add_(_resize(z, acc.shape[-2:], mode, align_corners))
-    if mode in _ADD_MODES:
+    """``acc + resize(z, size=acc.shape[-2:])`` (one pass where the fused op applies;
+    while autograd records, the fused op's torch composition runs)."""
+    if mode in _ADD_MODES and not _plain_torch() and z.dtype == acc.dtype:
         return upsample_add(z, acc, mode, align_corners)
-    return acc.add_(_resize(z, acc.shape[-2:], mode, align_corners))
+    return acc + _resize(z, acc.shape[-2:], mode, align_corners)
 
 
 def resized_sum(terms, size, mode, align_corners, bias=None) -> torch.Tensor:

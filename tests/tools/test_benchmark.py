@@ -70,3 +70,51 @@ def test_peak_extra_bytes_counts_temporaries_not_the_result():
 
     assert bench.peak_extra_bytes(lambda t: t * 2, (x,), device) < (1 << 16)
     assert bench.peak_extra_bytes(with_temporary, (x,), device) >= (1 << 20)
+
+
+def _tool(name):
+    import importlib
+    import sys
+    from tests._helpers import REPO_ROOT
+    if REPO_ROOT + '/tools' not in sys.path:
+        sys.path.insert(0, REPO_ROOT + '/tools')
+    return importlib.import_module(name)
+
+
+def test_interleaved_times_alternate_the_implementations():
+    """Whole-model cases time their implementations round by round: one warm-up call
+    each, then a, b, a, b, ... (a drift of the machine's speed reaches both)."""
+    import torch
+    bench = _tool('benchmark')
+    calls = []
+    fns = {'a': lambda: calls.append('a'), 'b': lambda: calls.append('b')}
+    medians = bench.interleaved_times(fns, (), torch.device('cpu'), 3)
+    assert calls == ['a', 'b'] * 4
+    assert set(medians) == {'a', 'b'} and all(v >= 0 for v in medians.values())
+    assert bench.CASES['resize_conv_segformer_b0_512'].interleave
+
+
+def test_mac_count_separates_attention_products():
+    """tools/_bench_resize_conv.py counts layers (convolutions, linear layers, the
+    rewrite's matrix products) and the attention's own products apart, from formulas:
+    a 1x1 convolution, and self-attention over L tokens of width E (projections 4 L E^2,
+    scores and weighted sum 2 L^2 E)."""
+    import torch
+    counter = _tool('_bench_resize_conv')
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 1)
+            self.attn = torch.nn.MultiheadAttention(8, 2)
+
+        def forward(self, x):
+            t = self.conv(x).flatten(2).permute(2, 0, 1)  # (L, N, E)
+            return self.attn(t, t, t)[0]
+
+    model = Model().eval()
+    x = torch.randn(1, 3, 4, 5)
+    length, width = 20, 8
+    macs = counter.count_macs(model, model, x)
+    assert macs['layers'] == 3 * 8 * length + 4 * length * width * width
+    assert macs['attention'] == 2 * length * length * width
