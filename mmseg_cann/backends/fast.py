@@ -1,7 +1,10 @@
 """The ``'fast'`` backend: the project's own kernels where they exist for the device,
 PyTorch's op (the native backend) elsewhere, within a documented error bound of PyTorch.
 
-Where each op runs (docs/fused_ops.md, "backend='fast'"):
+Where each op runs (docs/fused_ops.md, "backend='fast'"); ``upsample_add`` and
+``upsample_argmax`` run the ``'fused'`` backend's kernels on the CPU (``upsample_add``
+bilinear differentiable: the gradient reaches ``input`` through the bilinear backward
+kernel below) and the Triton kernels on CUDA/NPU tensors:
 
 * **CPU, float32** (numba installed, not a process forked after numba's thread pool
   started): the kernels of :mod:`.numba_ops`, NCHW and channels_last (other strides are
@@ -299,12 +302,41 @@ def adaptive_avg_pool2d(input: torch.Tensor, output_size) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------- fused ops
+class _BilinearAdd(torch.autograd.Function):
+    """``other + bilinear(input)`` by the fused numba kernel (one full-size pass); the
+    gradient goes to ``other`` unchanged and to ``input`` through the bilinear
+    gather-form backward kernel (as :class:`_Bilinear`)."""
+
+    @staticmethod
+    def forward(ctx, input, other, spec):
+        out = fused.upsample_add(input, other, spec)  # no grad recorded in here
+        (_, row_rev), (_, col_rev) = _bilinear_axes(spec)
+        ctx.reverse, ctx.in_shape = (row_rev, col_rev), input.shape
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        gin = None
+        if ctx.needs_input_grad[0]:
+            g = grad.contiguous()
+            gin = _empty(ctx.in_shape, False)
+            numba_ops.bilinear_backward(_view(g, False), _view(gin, False), *ctx.reverse,
+                                        False)
+        return gin, grad if ctx.needs_input_grad[1] else None, None
+
+
 def upsample_add(input: torch.Tensor, other: torch.Tensor,
                  spec: geo.UpsampleSpec) -> torch.Tensor:
-    """The Triton kernel on CUDA/NPU tensors, the ``'fused'`` backend's paths elsewhere
-    (both not differentiable: inputs that need a gradient take the native computation)."""
+    """The Triton kernel on CUDA/NPU tensors (not differentiable); on the CPU the
+    ``'fused'`` backend's paths, differentiable for the bilinear numba kernel
+    (:class:`_BilinearAdd`; other inputs that need a gradient take the native
+    computation)."""
     if _on_triton_device(input, 'upsample_add'):
         return triton_backend.upsample_add(input, other, spec)
+    if spec.mode == 'bilinear' and fused.needs_grad(input, other) and \
+            fused.numba_add_applies(spec, input, other):
+        return _BilinearAdd.apply(input, other, spec)
     return fused.upsample_add(input, other, spec)
 
 

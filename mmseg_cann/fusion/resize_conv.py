@@ -195,10 +195,14 @@ def _resize(z, size, mode, align_corners):
 
 
 def _resize_add(z, acc, mode, align_corners):
-    """``acc + resize(z, size=acc.shape[-2:])`` (one pass where the fused op applies;
-    while autograd records, the fused op's torch composition runs)."""
+    """``acc + resize(z, size=acc.shape[-2:])`` (one pass where the fused op applies).
+    While autograd records on the CPU, the ``'fast'`` backend's differentiable form of
+    the fused op runs (its backward kernel sums the same products as PyTorch's in
+    another order)."""
     if mode in _ADD_MODES and not _plain_torch() and z.dtype == acc.dtype:
-        return upsample_add(z, acc, mode, align_corners)
+        training = torch.is_grad_enabled() and (z.requires_grad or acc.requires_grad)
+        backend = 'fast' if training and z.device.type == 'cpu' else 'auto'
+        return upsample_add(z, acc, mode, align_corners, backend=backend)
     return acc + _resize(z, acc.shape[-2:], mode, align_corners)
 
 

@@ -112,6 +112,34 @@ def test_bilinear_backward_is_deterministic_and_channels_last():
     assert grads[0].is_contiguous(memory_format=torch.channels_last)
 
 
+@pytest.mark.parametrize('align_corners', [False, True])
+def test_upsample_add_is_differentiable_with_the_kernels(monkeypatch, align_corners):
+    """``upsample_add`` on the fast backend with inputs that need a gradient: the fused
+    forward kernel and the bilinear backward kernel run (no fallback); values as the
+    fused op's, gradients within the bilinear backward bound of PyTorch's (the lateral's
+    gradient is the incoming one, exactly)."""
+    setting = dict(mode='bilinear', align_corners=align_corners)
+    for seed, (in_hw, out_hw) in enumerate(AWKWARD_SHAPES):
+        if any(o < i for i, o in zip(in_hw, out_hw)):
+            continue  # the fused kernel upsamples
+        x = make_input((2, 3) + in_hw, seed=seed).requires_grad_()
+        other = make_input((2, 3) + out_hw, seed=50 + seed).requires_grad_()
+        g = make_input((2, 3) + out_hw, seed=100 + seed)
+        calls = _kernel_calls(monkeypatch)
+        before = sum(n for op, n in fallback_counts() if op == 'upsample_add')
+        out = ops.upsample_add(x, other, backend='fast', **setting)
+        out.backward(g)
+        assert calls == ['bilinear_bwd_nchw'], (in_hw, out_hw)
+        assert sum(n for op, n in fallback_counts() if op == 'upsample_add') == before
+        with torch.no_grad():
+            assert torch.equal(out, ops.upsample_add(x, other, backend='fused', **setting))
+        x2, other2 = (t.detach().clone().requires_grad_() for t in (x, other))
+        (other2 + F.interpolate(x2, size=out_hw, **setting)).backward(g)
+        assert torch.equal(other.grad, g)
+        bound = _grad_bound(setting, in_hw, out_hw, g)
+        assert bool(((x.grad - x2.grad).abs() <= bound).all()), (in_hw, out_hw)
+
+
 @pytest.mark.parametrize('pool', POOLS, ids=str)
 @pytest.mark.parametrize('layout', MEMORY_FORMATS)
 def test_max_pool_values_and_indices_are_pytorchs(monkeypatch, pool, layout):
