@@ -205,7 +205,7 @@ def test_segformer_model_labels_and_convert_report():
 
 def test_with_lean_predict_and_upsample_add():
     """With the other fusions: lean prediction (strip execution inside) gives mmseg's
-    labels; UPerHead takes the polyphase method (which fuses the top-down adds too)."""
+    labels; UPerHead takes its rewrite (which fuses the top-down adds too)."""
     plain = _segmentor(SEGFORMER).eval()
     model = convert_model(copy.deepcopy(plain), fuse_resize_conv=True, lean_predict=True,
                           fuse_upsample_add=True)
@@ -370,7 +370,7 @@ def test_heads_without_the_form_are_not_listed():
 
 
 def test_uper_hooked_bottleneck_runs_unfused():
-    """The polyphase site: a hook on the bypassed bottleneck conv sees the concat."""
+    """The kxk site: a hook on the bypassed bottleneck conv sees the concat."""
     plain = _build('uper').eval()
     fused = copy.deepcopy(plain)
     fuse_resize_conv(fused)

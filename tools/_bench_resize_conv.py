@@ -13,6 +13,7 @@ Usage::
     python tools/benchmark.py --cases resize_conv_segformer_b0_512 ... --no-compile
     python tools/_bench_resize_conv.py [--models segformer_b0 ...] [--json OUT]
     NUMBA_NUM_THREADS=1 python tools/_bench_resize_conv.py --cpu-time 5
+    python tools/_bench_resize_conv.py --slices 5
 
 The second form prints the multiply-accumulates (MACs) of one forward pass, whole model,
 decode head and the rewritten site, unrewritten and rewritten, counted from the aten calls
@@ -25,7 +26,9 @@ whole model is given without them and with them. The head is the whole model min
 rewritten site's convolutions run inside its head's ``forward``, so its count is the
 rewritten head's minus what the head spends outside the site (the same in both models).
 The third form measures one-thread process CPU time instead (robust on a machine shared
-with other work, where multi-threaded wall time is not; :func:`cpu_time_ratios`).
+with other work, where multi-threaded wall time is not; :func:`cpu_time_ratios`); the
+fourth the same for each resized slice of UPerHead's bottleneck and each method of
+``resize_conv2d`` (:func:`slice_times`).
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ import json
 import statistics
 import sys
 import time
+from typing import List
 
 import torch
 from _common import build_segmentor
@@ -277,6 +281,44 @@ def cpu_time_ratios(model: str, rounds: int, train: bool = False) -> dict:
                 plain_s=plain_s, fused_s=fused_s, ratio=fused_s / plain_s)
 
 
+#: UPerHead's bottleneck slices at 512x1024 input: (factor, low-resolution map)
+SLICES = [(s, (1, 512, 128 // s, 256 // s)) for s in (2, 4, 8)]
+
+
+def slice_times(rounds: int) -> List[dict]:
+    """Per resized slice of UPerHead's bottleneck (``w`` 512x512x3x3 on a 512-channel map
+    resized to 128x256, padding 1): process CPU time of the composition
+    ``F.conv2d(F.interpolate(...))`` and of ``resize_conv2d`` with each method forced
+    (inference: no gradient, polyphase kernels cached), alternating, median of
+    ``rounds``; and their MACs."""
+    import torch.nn.functional as F
+
+    from mmseg_cann.ops import resize_conv as rc
+    rows = []
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(512, 512, 3, 3, generator=g) * 0.02
+    for s, shape in SLICES:
+        x = torch.randn(shape, generator=g)
+        kw = dict(size=(128, 256), padding=1)
+        fns = {'composition': lambda: F.conv2d(F.interpolate(x, size=(128, 256),
+                                                             mode='bilinear'), w, padding=1)}
+        macs = {}
+        for method in ('mix_first', 'polyphase'):
+            plan = rc.resize_conv2d_plan(x, w, method=method, **kw)
+            fns[method] = (lambda p=plan: rc._apply(x, w, None, p))
+            macs[method] = plan.macs_rewritten / plan.macs_direct
+        seconds = {k: [] for k in fns}
+        with torch.no_grad():
+            for _ in range(rounds):
+                for key, fn in fns.items():
+                    seconds[key].append(cpu_seconds(lambda _x: fn(), None, 1))
+        med = {k: statistics.median(v) for k, v in seconds.items()}
+        rows.append(dict(factor=s, composition_s=med['composition'],
+                         **{f'{m}_s': med[m] for m in macs},
+                         **{f'{m}_macs': macs[m] for m in macs}))
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description='MACs per fuse_resize_conv site')
     parser.add_argument('--models', nargs='+', default=list(MODELS), choices=list(MODELS))
@@ -284,7 +326,27 @@ def main(argv=None) -> int:
     parser.add_argument('--cpu-time', type=int, metavar='ROUNDS',
                         help='instead: one-thread process CPU time of a forward (and of a '
                              'training step of segformer_b0), median of ROUNDS')
+    parser.add_argument('--slices', type=int, metavar='ROUNDS',
+                        help="instead: one-thread process CPU time of each resized slice of "
+                             "UPerHead's bottleneck, composition and both methods of "
+                             'resize_conv2d, median of ROUNDS')
     args = parser.parse_args(argv)
+    if args.slices:
+        torch.set_num_threads(1)
+        rows = slice_times(args.slices)
+        print('| factor | MACs mix_first | MACs polyphase | composition s | mix_first s '
+              '(ratio) | polyphase s (ratio) |')
+        print('|---|---:|---:|---:|---:|---:|')
+        for r in rows:
+            c = r['composition_s']
+            print(f"| {r['factor']} | {r['mix_first_macs']:.3f}x | "
+                  f"{r['polyphase_macs']:.3f}x | {c:.3f} | {r['mix_first_s']:.3f} "
+                  f"({r['mix_first_s'] / c:.2f}) | {r['polyphase_s']:.3f} "
+                  f"({r['polyphase_s'] / c:.2f}) |")
+        if args.json:
+            with open(args.json, 'w') as f:
+                json.dump(rows, f, indent=1)
+        return 0
     if args.cpu_time:
         torch.set_num_threads(1)
         rows = [cpu_time_ratios(m, args.cpu_time) for m in args.models]

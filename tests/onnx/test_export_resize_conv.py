@@ -1,6 +1,6 @@
 """Models rewritten by fuse_resize_conv export to ONNX (targets 'onnx' and 'atc') with the
-rewrite's form (the linear layer at low resolution; the polyphase bottleneck's phase
-convolutions and DepthToSpace) and the rewritten model's values in onnxruntime, also as
+rewrite's form (the linear layer at low resolution; UPerHead's bottleneck as
+resize_conv2d's phase convolutions and DepthToSpace, both methods) and the rewritten model's values in onnxruntime, also as
 ATC reads the graph."""
 from __future__ import annotations
 
@@ -105,15 +105,21 @@ def test_segformer_rewritten_exports_exactly(target):
 
 @pytest.mark.slow
 @pytest.mark.parametrize('target', ['onnx', 'atc'])
-def test_uper_polyphase_bottleneck_exports_exactly(target):
+def test_uper_bottleneck_exports_exactly(target):
+    """16-channel FPN maps: the 2x and 4x slices take mix-first, the 8x one polyphase
+    (fewer multiply-accumulates for so few channels); both export."""
+    from mmseg_cann.ops import resize_conv2d_plan
     plain = _uper()
     fused = copy.deepcopy(plain)
     assert fuse_resize_conv(fused).resize_conv == ['<root> (UPerHead.fpn_bottleneck)']
+    methods = [resize_conv2d_plan((1, 16, 32 // s, 32 // s), (16, 16, 3, 3), size=(32, 32),
+                                  padding=1).method for s in (2, 4, 8)]
+    assert methods == ['mix_first', 'mix_first', 'polyphase']
     feats = _feats()
     proto = export_onnx(Head(fused), feats, target=target, opset=17 if target == 'atc' else 18,
                         input_names=[f'f{i}' for i in range(4)])
     ops = [n.op_type for n in proto.graph.node]
-    assert 'DepthToSpace' in ops  # the polyphase phases interleaved
+    assert ops.count('DepthToSpace') == 3  # each slice's phases interleaved
     result, = verify_onnx(proto, Head(fused), [feats], target=target)
     assert result['max_abs'] <= 2e-6 and result['argmax_agree'] == 1.0
     with torch.no_grad():
