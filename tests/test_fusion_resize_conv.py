@@ -347,6 +347,20 @@ def test_torch_compile_matches():
     assert sum('conv2d' in t for t in targets) == 4 + 4 + 1
 
 
+def test_uper_torch_compile_fullgraph():
+    """UPerHead's rewrite compiles whole (its resize_conv2d calls trace as the
+    composition) with the plain head's values."""
+    plain = _build('uper').eval()
+    fused = copy.deepcopy(plain)
+    fuse_resize_conv(fused)
+    inputs = HEADS['uper'][1]()
+    torch._dynamo.reset()
+    compiled = torch.compile(fused, fullgraph=True, backend='eager')
+    with torch.no_grad():
+        ref = plain(inputs)
+        torch.testing.assert_close(compiled(inputs), ref, **_tol(ref))
+
+
 def test_unet_interp_conv_first_is_not_rewritten():
     from mmseg.models.backbones.unet import InterpConv
     block = InterpConv(8, 4, conv_first=True)

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from typing import List, Optional, Tuple
 
 import numpy as np
@@ -91,6 +91,17 @@ class _Axis:
     k: int
     pad: int
     grouping: str = 'footprint'
+    #: per output phase, the low-resolution offsets ``[lo, hi]`` it reads
+    footprints: Tuple[Tuple[int, int], ...] = field(init=False, repr=False, compare=False)
+    #: runs of phases computed by one convolution: ``(q0, q1, lo, hi)``
+    groups: Tuple[Tuple[int, int, int, int], ...] = field(init=False, repr=False,
+                                                          compare=False)
+
+    def __post_init__(self):
+        # computed once, as plain attributes (a traced call reads them; functools'
+        # cached_property takes a lock, which torch.compile cannot trace)
+        object.__setattr__(self, 'footprints', self._footprints())
+        object.__setattr__(self, 'groups', self._groups())
 
     @property
     def n_out(self) -> int:
@@ -110,18 +121,14 @@ class _Axis:
                 coeffs[(k, m + t)] = coeffs.get((k, m + t), 0) + a
         return coeffs
 
-    @cached_property
-    def footprints(self) -> Tuple[Tuple[int, int], ...]:
-        """Per output phase, the low-resolution offsets ``[lo, hi]`` it reads."""
+    def _footprints(self) -> Tuple[Tuple[int, int], ...]:
         result = []
         for q in range(self.s):
             offsets = [r for (_, r) in self.phase_taps(q)]
             result.append((min(offsets), max(offsets)))
         return tuple(result)
 
-    @cached_property
-    def groups(self) -> Tuple[Tuple[int, int, int, int], ...]:
-        """Runs of phases computed by one convolution: ``(q0, q1, lo, hi)``."""
+    def _groups(self) -> Tuple[Tuple[int, int, int, int], ...]:
         feet = self.footprints
         if self.grouping == 'union':
             return ((0, self.s, min(f[0] for f in feet), max(f[1] for f in feet)),)
@@ -422,7 +429,8 @@ def _plan_of(in_shape, w_shape, dtype, args: _Args, grouping: str,
     if method == 'auto':
         # fewer multiply-accumulates; polyphase on a tie (its kernels need no C_out
         # intermediate maps)
-        method = min(('polyphase', 'mix_first'), key=lambda m: candidates[m][0])
+        method = 'mix_first' if candidates['mix_first'][0] < candidates['polyphase'][0] \
+            else 'polyphase'
     macs, chosen = candidates[method]
     return ResizeConvPlan(True, '', (axes[0].s, axes[1].s), up, out, macs_direct, macs,
                           method, chosen, tuple(errors))
@@ -643,6 +651,11 @@ def resize_conv2d(input: torch.Tensor, weight: torch.Tensor, bias=None, *, size=
                             f'({input.dtype} on {input.device}), got {t.dtype} on '
                             f'{t.device}')
     _check_shapes(in_shape, w_shape, bias, args)
+    if torch.compiler.is_compiling() and not torch.compiler.is_exporting():
+        # torch.compile: the plan's geometry (exact rationals, NumPy coefficient tables)
+        # is Python work Dynamo cannot trace; the composition compiles (export, ONNX
+        # export and jit take the rewrite)
+        return _composition(input, weight, bias, args)
     plan = _make_plan(in_shape, w_shape, input.dtype, args, 'footprint')
     if not plan.applies:
         return _composition(input, weight, bias, args)

@@ -417,6 +417,29 @@ def test_phase_kernels_of_weight_slices():
         assert resize_conv2d(x, torch.split(weight, 3, dim=1)[1], **kw).abs().max() == 0
 
 
+@pytest.mark.parametrize('channels', [48, 4])
+def test_torch_compile_runs_the_composition_and_export_the_rewrite(channels):
+    """torch.compile(fullgraph=True) traces the composition (the plan's geometry is
+    Python work Dynamo cannot trace); torch.export records the rewrite (no upsampling
+    node), both with the op's values."""
+    x, w, b = _make((1, channels, 5, 7), 3, cout=6, dtype=torch.float32)
+    kw = dict(size=(20, 28), padding=1)
+
+    class Op(torch.nn.Module):
+        def forward(self, x, w, b):
+            return resize_conv2d(x, w, b, **kw)
+    expected = _composition(x, w, b, **kw)
+    tol = dict(rtol=0, atol=1e-5 * float(expected.abs().max()))
+    torch._dynamo.reset()
+    compiled = torch.compile(Op(), fullgraph=True, backend='eager')
+    torch.testing.assert_close(compiled(x, w, b), expected, **tol)
+    exported = torch.export.export(Op(), (x, w, b))
+    targets = [str(n.target) for n in exported.graph.nodes]
+    assert not any('upsample' in t for t in targets), targets
+    torch.testing.assert_close(exported.module()(x, w, b), resize_conv2d(x, w, b, **kw))
+    torch.testing.assert_close(exported.module()(x, w, b), expected, **tol)
+
+
 def test_inference_mode_tensors():
     x, w, b = _make((1, 3, 4, 5), 3, dtype=torch.float32)
     with torch.inference_mode():
