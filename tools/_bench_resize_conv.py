@@ -41,7 +41,7 @@ import time
 from typing import List
 
 import torch
-from _common import build_segmentor
+from _common import build_segmentor, random_seg_samples, sgd_step
 
 from mmseg_cann.fusion import fuse_resize_conv
 
@@ -99,29 +99,17 @@ def train_step_case(case_cls, name: str, model: str, num_classes: int = 150,
     state = {}
 
     def make(device):
-        from mmengine.structures import PixelData
-        from mmseg.structures import SegDataSample
         plain, fused = build(base, train=True)
         state.update(plain=plain.to(device), fused=fused.to(device))
         state['optim'] = {k: torch.optim.SGD(state[k].parameters(), lr=1e-4)
                           for k in ('plain', 'fused')}
         g = torch.Generator().manual_seed(1)
-        sample = SegDataSample(metainfo=dict(img_shape=hw, ori_shape=hw, pad_shape=hw))
-        sample.gt_sem_seg = PixelData(data=torch.randint(0, num_classes, (1,) + hw,
-                                                         generator=g).to(device))
-        state['samples'] = [sample]
+        state['samples'] = random_seg_samples(hw, num_classes, 1, g, device)
         return (_image(hw).to(device),)
 
     def run(key):
         def step(x):
-            model, optim = state[key], state['optim'][key]
-            with torch.enable_grad():
-                losses = model.loss(x, state['samples'])
-                loss = sum(v for k, v in losses.items() if 'loss' in k)
-                optim.zero_grad()
-                loss.backward()
-                optim.step()
-            return loss.detach()
+            return sgd_step(state[key], state['optim'][key], x, state['samples'])
         return step
     return case_cls(name, make, run('plain'), {'fuse_resize_conv': run('fused')},
                     compile=False, repeats=repeats, interleave=True)
@@ -238,46 +226,22 @@ def cpu_seconds(fn, x, rounds: int) -> float:
 
 
 def cpu_time_ratios(model: str, rounds: int, train: bool = False) -> dict:
-    """Process CPU time of one forward (or training step), unrewritten and rewritten,
-    alternating the two ``rounds`` times. Run with one thread (``--cpu-time`` sets it):
-    the CPU time of one thread does not depend on what else runs on a shared machine,
-    where wall time of a multi-threaded call does (barrier waits)."""
-    base, hw, _ = MODELS[model]
-    x = _image(hw)
-    if not train:
-        plain, fused = build(base)
-
-        def run(m):
-            def forward(t):
-                with torch.no_grad():
-                    return m(t, mode='tensor')
-            return forward
-        runs = {'plain': run(plain), 'fused': run(fused)}
-    else:
-        from mmengine.structures import PixelData
-        from mmseg.structures import SegDataSample
-        plain, fused = build(base, train=True)
-        g = torch.Generator().manual_seed(1)
-        sample = SegDataSample(metainfo=dict(img_shape=hw, ori_shape=hw, pad_shape=hw))
-        sample.gt_sem_seg = PixelData(data=torch.randint(0, 150, (1,) + hw, generator=g))
-
-        def run(m):
-            optim = torch.optim.SGD(m.parameters(), lr=1e-4)
-
-            def step(t):
-                losses = m.loss(t, [sample])
-                loss = sum(v for k, v in losses.items() if 'loss' in k)
-                optim.zero_grad()
-                loss.backward()
-                optim.step()
-            return step
-        runs = {'plain': run(plain), 'fused': run(fused)}
+    """Process CPU time of one forward (or training step), unrewritten and rewritten
+    (the calls of :func:`forward_case` / :func:`train_step_case`), alternating the two
+    ``rounds`` times. Run with one thread (``--cpu-time`` sets it): the CPU time of one
+    thread does not depend on what else runs on a shared machine, where wall time of a
+    multi-threaded call does (barrier waits)."""
+    make_case = train_step_case if train else forward_case
+    case = make_case(lambda name, make, eager, ours, **_: (make, eager, ours), '', model)
+    make, eager, ours = case
+    x, = make(torch.device('cpu'))
+    runs = {'plain': eager, 'fused': ours['fuse_resize_conv']}
     seconds = {'plain': [], 'fused': []}
     for _ in range(rounds):
         for key, fn in runs.items():
             seconds[key].append(cpu_seconds(fn, x, 1))
     plain_s, fused_s = (statistics.median(seconds[k]) for k in ('plain', 'fused'))
-    return dict(model=model, input=hw, step='train' if train else 'forward',
+    return dict(model=model, input=MODELS[model][1], step='train' if train else 'forward',
                 plain_s=plain_s, fused_s=fused_s, ratio=fused_s / plain_s)
 
 

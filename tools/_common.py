@@ -289,3 +289,31 @@ def quiet_init_weights(model) -> None:
         model.init_weights()
     finally:
         logger.setLevel(level)
+
+
+def random_seg_samples(hw, num_classes: int, count: int, generator, device='cpu') -> list:
+    """``count`` mmseg ``SegDataSample``s of size ``hw`` with uniformly random labels."""
+    import torch
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    hw = tuple(hw)
+    samples = []
+    for _ in range(count):
+        sample = SegDataSample(metainfo=dict(img_shape=hw, ori_shape=hw, pad_shape=hw))
+        sample.gt_sem_seg = PixelData(data=torch.randint(
+            0, num_classes, (1,) + hw, generator=generator).to(device))
+        samples.append(sample)
+    return samples
+
+
+def sgd_step(model, optim, x, samples):
+    """One training step of an mmseg segmentor: ``model.loss``, the sum of its loss
+    terms, backward, ``optim.step()``; the detached loss (autograd on)."""
+    import torch
+    with torch.enable_grad():
+        losses = model.loss(x, samples)
+        loss = sum(v for k, v in losses.items() if 'loss' in k)
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+    return loss.detach()

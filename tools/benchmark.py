@@ -42,7 +42,8 @@ import torch
 import torch.nn.functional as F
 from _bench_resize_conv import cases as resize_conv_cases
 from _bench_roi import cases as roi_cases
-from _common import add_debug, build_segmentor, check_output, run
+from _common import (add_debug, build_segmentor, check_output, random_seg_samples, run,
+                     sgd_step)
 
 import mmseg_cann
 from mmseg_cann.backends import fused as fused_backend
@@ -311,8 +312,6 @@ def _train_step_case(name, config=DEMO_CONFIG, shape=(4, 3, 64, 64), num_classes
     state = {}
 
     def make(d):
-        from mmengine.structures import PixelData
-        from mmseg.structures import SegDataSample
         model = build_segmentor(os.path.join(REPO_ROOT, config), lambda cfg: None).to(d)
         for b in ('auto', 'fast'):
             state[b] = mmseg_cann.convert_model(copy.deepcopy(model), resize=False,
@@ -321,14 +320,7 @@ def _train_step_case(name, config=DEMO_CONFIG, shape=(4, 3, 64, 64), num_classes
         state['optim'] = {k: torch.optim.SGD(m.parameters(), lr=0.01)
                           for k, m in state.items() if k != 'optim'}
         gen = torch.Generator().manual_seed(0)
-        samples = []
-        for _ in range(shape[0]):
-            sample = SegDataSample(metainfo=dict(img_shape=shape[2:], ori_shape=shape[2:],
-                                                 pad_shape=shape[2:]))
-            sample.gt_sem_seg = PixelData(
-                data=torch.randint(0, num_classes, (1,) + shape[2:], generator=gen).to(d))
-            samples.append(sample)
-        state['samples'] = samples
+        state['samples'] = random_seg_samples(shape[2:], num_classes, shape[0], gen, d)
         return (torch.randn(shape, generator=gen).to(d),)
 
     def steps(key):
@@ -336,14 +328,10 @@ def _train_step_case(name, config=DEMO_CONFIG, shape=(4, 3, 64, 64), num_classes
             model, optim = state[key], state['optim'][key]
             routed = contextlib.nullcontext() if key == 'plain' else \
                 mmseg_cann.convert.routed_resize()
-            with torch.enable_grad(), routed:
+            with routed:
                 for _ in range(TRAIN_STEPS_PER_RUN):
-                    losses = model.loss(x, state['samples'])
-                    loss = sum(v for k, v in losses.items() if 'loss' in k)
-                    optim.zero_grad()
-                    loss.backward()
-                    optim.step()
-            return loss.detach()
+                    loss = sgd_step(model, optim, x, state['samples'])
+            return loss
         return run
     return Case(name, make, steps('plain'),
                 {f'mmseg_cann converted, backend={b!r}': steps(b) for b in ('auto', 'fast')},

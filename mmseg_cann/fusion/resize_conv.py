@@ -256,6 +256,20 @@ def _unfused(module, name, reason, *args):
     return getattr(type(module), name)(module, *args)
 
 
+def _head_inputs(head, reason_of, inputs, method: str = 'forward'):
+    """``(head._transform_inputs(inputs), None)`` when the rewritten ``method`` of decode
+    head ``head`` may run (``reason_of(head)`` is None, no global module hooks, the
+    transformed inputs are 4-D floating tensors); else ``(None, the class's own method's
+    result)``, recorded as a fallback."""
+    reason = _first(reason_of(head), _global_hooks_reason())
+    if reason is not None:
+        return None, _unfused(head, method, reason, inputs)
+    xs = head._transform_inputs(inputs)
+    if not _tensors(xs if isinstance(xs, (list, tuple)) else [xs]):
+        return None, _unfused(head, method, 'inputs are not 4-D floating tensors', inputs)
+    return xs, None
+
+
 # ----------------------------------------------------------------------------------
 # the sites
 # ----------------------------------------------------------------------------------
@@ -266,12 +280,9 @@ def _segformer_reason(head):
 
 def _segformer_forward(self, inputs):
     """``SegformerHead.forward`` with ``fusion_conv``'s conv at each input's resolution."""
-    reason = _first(_segformer_reason(self), _global_hooks_reason())
-    if reason is not None:
-        return _unfused(self, 'forward', reason, inputs)
-    inputs = self._transform_inputs(inputs)
-    if not _tensors(inputs):
-        return _unfused(self, 'forward', 'inputs are not 4-D floating tensors', inputs)
+    inputs, unfused = _head_inputs(self, _segformer_reason, inputs)
+    if unfused is not None:
+        return unfused
     size = inputs[0].shape[2:]
     lows = [conv(x) for x, conv in zip(inputs, self.convs)]
     mode, align = self.interpolate_mode, self.align_corners
@@ -289,12 +300,9 @@ def _ham_reason(head):
 
 def _ham_forward(self, inputs):
     """``LightHamHead.forward`` with ``squeeze``'s conv at each input's resolution."""
-    reason = _first(_ham_reason(self), _global_hooks_reason())
-    if reason is not None:
-        return _unfused(self, 'forward', reason, inputs)
-    inputs = self._transform_inputs(inputs)
-    if not _tensors(inputs):
-        return _unfused(self, 'forward', 'inputs are not 4-D floating tensors', inputs)
+    inputs, unfused = _head_inputs(self, _ham_reason, inputs)
+    if unfused is not None:
+        return unfused
     x = conv_module_over_resized(self.squeeze, inputs, inputs[0].shape[2:], 'bilinear',
                                  self.align_corners)
     if x is None:
@@ -338,12 +346,9 @@ def _lraspp_reason(head):
 def _lraspp_forward(self, inputs):
     """``LRASPPHead.forward`` with each ``conv_ups[i]``'s conv on the low-resolution ``x``
     and on the lateral at its own resolution."""
-    reason = _first(_lraspp_reason(self), _global_hooks_reason())
-    if reason is not None:
-        return _unfused(self, 'forward', reason, inputs)
-    inputs = self._transform_inputs(inputs)
-    if not _tensors(inputs):
-        return _unfused(self, 'forward', 'inputs are not 4-D floating tensors', inputs)
+    inputs, unfused = _head_inputs(self, _lraspp_reason, inputs)
+    if unfused is not None:
+        return unfused
     resize = _module_resize(self)
     x = inputs[-1]
     x = self.aspp_conv(x) * resize(self.image_pool(x), size=x.size()[2:], mode='bilinear',
@@ -434,12 +439,9 @@ def _mla_reason(head):
 def _mla_forward(self, inputs):
     """``SETRMLAHead.forward`` with ``cls_seg`` (dropout + 1x1) before the upsample: the
     up_convs' maps are concatenated at their common low resolution and upsampled once."""
-    reason = _first(_mla_reason(self), _global_hooks_reason())
-    if reason is not None:
-        return _unfused(self, 'forward', reason, inputs)
-    inputs = self._transform_inputs(inputs)
-    if not _tensors(inputs):
-        return _unfused(self, 'forward', 'inputs are not 4-D floating tensors', inputs)
+    inputs, unfused = _head_inputs(self, _mla_reason, inputs)
+    if unfused is not None:
+        return unfused
     lows = []
     for x, up_conv in zip(inputs, self.up_convs):
         for layer in list(up_conv)[:-1]:
@@ -471,12 +473,9 @@ def _channel_mask(head, like):
 def _fpn_head_forward(self, inputs):
     """``FPNHead.forward`` with ``cls_seg`` (channel dropout + 1x1) applied to each scale
     head's map before its last upsample; the class maps are summed at full size."""
-    reason = _first(_fpn_head_reason(self), _global_hooks_reason())
-    if reason is not None:
-        return _unfused(self, 'forward', reason, inputs)
-    x = self._transform_inputs(inputs)
-    if not _tensors(x):
-        return _unfused(self, 'forward', 'inputs are not 4-D floating tensors', inputs)
+    x, unfused = _head_inputs(self, _fpn_head_reason, inputs)
+    if unfused is not None:
+        return unfused
     output = self.scale_heads[0](x[0])
     lows = []
     for i in range(1, len(self.feature_strides)):
@@ -514,12 +513,9 @@ def _setr_up_reason(head):
 
 def _setr_up_forward(self, x):
     """``SETRUPHead.forward`` with ``cls_seg`` before the last up_conv's upsample."""
-    reason = _first(_setr_up_reason(self), _global_hooks_reason())
-    if reason is not None:
-        return _unfused(self, 'forward', reason, x)
-    x = self._transform_inputs(x)
-    if not _tensors([x]):
-        return _unfused(self, 'forward', 'input is not a 4-D floating tensor', x)
+    x, unfused = _head_inputs(self, _setr_up_reason, x)
+    if unfused is not None:
+        return unfused
     n, c, h, w = x.shape
     x = x.reshape(n, c, h * w).transpose(2, 1).contiguous()
     x = self.norm(x)

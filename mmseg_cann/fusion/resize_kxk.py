@@ -75,13 +75,9 @@ def bottleneck_over_resized(cm, maps, mode, align_corners):
 def _uper_forward_feature(self, inputs):
     """``UPerHead._forward_feature`` with the top-down adds fused and ``fpn_bottleneck``
     as a sum of :func:`resize_conv2d` calls on the low-resolution FPN outputs."""
-    reason = rc._first(_uper_reason(self), rc._global_hooks_reason())
-    if reason is not None:
-        return rc._unfused(self, '_forward_feature', reason, inputs)
-    inputs = self._transform_inputs(inputs)
-    if not rc._tensors(inputs):
-        return rc._unfused(self, '_forward_feature', 'inputs are not 4-D floating tensors',
-                           inputs)
+    inputs, unfused = rc._head_inputs(self, _uper_reason, inputs, '_forward_feature')
+    if unfused is not None:
+        return unfused
     laterals = [conv(inputs[i]) for i, conv in enumerate(self.lateral_convs)]
     laterals.append(self.psp_forward(inputs))
     levels = len(laterals)
