@@ -239,6 +239,20 @@ def autocast_output_dtype(key: str, probe: Callable[[torch.Tensor], torch.Tensor
     return dtype
 
 
+def autocast_lower_dtype(device_type: str) -> Optional[torch.dtype]:
+    """The dtype ``torch.autocast`` runs its lower-precision ops (convolutions, matrix
+    products) in on ``device_type``, or None where autocast is off there."""
+    return torch.get_autocast_dtype(device_type) if _autocast_enabled(device_type) else None
+
+
+def autocast_cast(tensor: Optional[torch.Tensor], dtype: torch.dtype):
+    """``tensor`` as autocast hands it to a lower-precision op: floating tensors other
+    than float64 cast to ``dtype`` (autocast's ``cached_cast`` rule), others unchanged."""
+    if tensor is None or not tensor.is_floating_point() or tensor.dtype == torch.float64:
+        return tensor
+    return tensor.to(dtype)
+
+
 def _autocast_enabled(device_type: str) -> bool:
     try:
         return torch.is_autocast_enabled(device_type)

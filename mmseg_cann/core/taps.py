@@ -62,3 +62,24 @@ def pool_divisors(spec: geo.PoolSpec, count_include_pad: bool) -> List[List[int]
     return [[geo.avg_divisor(o, spec.in_size[a], spec.kernel[a], spec.stride[a],
                              spec.pad_begin[a], spec.pad_end[a], count_include_pad)
              for o in range(spec.out_size[a])] for a in range(2)]
+
+
+@lru_cache(maxsize=256)
+def nearest_taps_of_kernel(in_hw: Tuple[int, int], args: geo.UpsampleArgs,
+                           dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per axis, the source index PyTorch's own 2-D nearest kernel reads for each output
+    index of the call ``args`` on an input of spatial size ``in_hw`` and ``dtype``:
+    ``(rows, cols)``, int64.
+
+    PyTorch's index arithmetic depends on the dtype and on the kernel's path: for
+    2 -> 82 (legacy nearest) the float32 2-D kernel reads source 0 at output 41
+    (``floorf(41 * (2/82f))``), the float64 one source 1, and a call that changes one
+    axis only source 0 in float64 too. So the tables are read from the kernel itself: a
+    probe whose values number the source pixels (exact in float32 up to 2^24 pixels),
+    resized by the call."""
+    h, w = in_hw
+    probe = torch.arange(h * w, dtype=torch.float64).to(dtype).view(1, 1, h, w)
+    out = torch.nn.functional.interpolate(
+        probe, size=args.size, scale_factor=args.scale_factor, mode=args.mode,
+        recompute_scale_factor=args.recompute_scale_factor)[0, 0].to(torch.int64)
+    return out[:, 0] // w, out[0, :] % w

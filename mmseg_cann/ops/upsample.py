@@ -63,6 +63,12 @@ def upsample(input: torch.Tensor, size=None, scale_factor=None, mode: str = 'nea
     if out is not None:
         return out
     check_tensor(input, 'upsample')
+    if torch.jit.is_tracing():
+        # jit.trace records a size as a traced value only through F.interpolate's own
+        # call; our checks would fix the traced size (PyTorch checks the arguments)
+        return _torch_interpolate(input, size, scale_factor, mode, align_corners,
+                                  recompute_scale_factor, antialias,
+                                  'torch.jit.trace records F.interpolate (sizes stay traced)')
     if input.dim() != 4 or mode in TORCH_ONLY_MODES:
         normalize_precision(precision)
         backends.check_backend(backend)
@@ -92,14 +98,14 @@ def upsample(input: torch.Tensor, size=None, scale_factor=None, mode: str = 'nea
 
 
 def _torch_interpolate(input, size, scale_factor, mode, align_corners,
-                       recompute_scale_factor, antialias) -> torch.Tensor:
+                       recompute_scale_factor, antialias, reason=None) -> torch.Tensor:
     """``F.interpolate`` itself, for calls outside the kernels' domain (PyTorch checks
-    the arguments and raises its own errors)."""
+    the arguments and raises its own errors), counted as a fallback with ``reason``."""
     result = F.interpolate(input, size, scale_factor, mode, align_corners,
                            recompute_scale_factor, antialias)
-    record_fallback('upsample', f'{input.dim()}-D {input.dtype} input of shape '
-                                f'{tuple(input.shape)} with mode={mode!r} is outside the '
-                                "kernels' domain; F.interpolate ran")
+    record_fallback('upsample', reason or (
+        f'{input.dim()}-D {input.dtype} input of shape {tuple(input.shape)} with '
+        f"mode={mode!r} is outside the kernels' domain; F.interpolate ran"))
     return result
 
 

@@ -1,6 +1,7 @@
 """``resize_conv2d`` (upsample + convolution without the upsampled tensor) against
 PyTorch's own composition ``F.conv2d(F.interpolate(...))`` and a float64 composition,
-with the documented bound; both methods (mix-first and polyphase)."""
+with the documented bound; every method (mix-first, polyphase and, for any size,
+mix-resize)."""
 from __future__ import annotations
 
 import itertools
@@ -13,8 +14,9 @@ from torch.utils.flop_counter import FlopCounterMode
 from mmseg_cann.ops import resize_conv as rc
 from mmseg_cann.ops import resize_conv2d, resize_conv2d_macs, resize_conv2d_plan
 from mmseg_cann.ops.resize_conv import resize_conv2d_error_bound
+from mmseg_cann.utils import fallback_counts
 
-METHODS = ['mix_first', 'polyphase']
+METHODS = ['mix_first', 'polyphase', 'mix_resize']
 
 
 def _composition(x, w, b=None, *, size=None, scale_factor=None, mode='bilinear',
@@ -52,7 +54,7 @@ def _run_method(method, x, w, b, **kw):
     """The op with ``method`` forced (``resize_conv2d`` itself runs the plan's choice)."""
     plan = resize_conv2d_plan(x, w, b, method=method, **kw)
     assert plan.applies and plan.method == method, plan.reason
-    return rc._apply(x, w, b, plan)
+    return rc.apply_plan(x, w, b, plan)
 
 
 # ------------------------------------------------------------------------ values
@@ -141,13 +143,13 @@ def test_padding_strings_and_no_bias(method):
                                    _composition(x, w, **{**kw, 'padding': same}))
 
 
-def test_auto_takes_the_method_with_fewer_macs():
+def test_auto_takes_the_phase_method_with_fewer_macs():
     """Few input channels: the polyphase kernels are cheaper; many: mixing first (its
     channel products run at low resolution, the rest scales with C_out alone)."""
     for cin, expected in ((3, 'polyphase'), (64, 'mix_first')):
         shapes = ((1, cin, 8, 8), (16, cin, 3, 3))
         plans = {m: resize_conv2d_plan(*shapes, size=(32, 32), padding=1, method=m)
-                 for m in METHODS}
+                 for m in ('mix_first', 'polyphase')}
         auto = resize_conv2d_plan(*shapes, size=(32, 32), padding=1)
         assert auto.method == expected
         assert auto.macs_rewritten == min(p.macs_rewritten for p in plans.values())
@@ -207,17 +209,61 @@ def test_float32_gradients_match_composition(mode, s, method):
     (dict(size=(12, 16), dilation=2, padding=2), 'dilation'),
     (dict(size=(12, 16), mode='bicubic'), 'bicubic'),
     (dict(size=(12, 16), mode='area'), 'area'),
-    (dict(size=(10, 16)), 'integer multiple'),
-    (dict(scale_factor=2.5), 'integer multiple'),
-    (dict(size=(12, 16), align_corners=True), 'align_corners'),
     (dict(size=(3, 4)), 'does not change'),
 ])
 def test_fallback_is_the_composition(kw, why):
+    """Outside the rewrite's domain the composition runs, counted with the reason."""
     x, w, b = _make((2, 4, 3, 4), 3, dtype=torch.float32)
     plan = resize_conv2d_plan(x, w, b, **kw)
     assert not plan.applies and why in plan.reason
     assert plan.macs_direct == plan.macs_rewritten
+    before = fallback_counts().get(('resize_conv2d', plan.reason), 0)
     assert torch.equal(resize_conv2d(x, w, b, **kw), _composition(x, w, b, **kw))
+    assert fallback_counts()[('resize_conv2d', plan.reason)] == before + 1
+
+
+@pytest.mark.parametrize('kw,why', [
+    (dict(size=(10, 16)), 'integer multiple'),
+    (dict(scale_factor=2.5), 'integer multiple'),
+    (dict(size=(12, 16), align_corners=True), 'align_corners'),
+])
+def test_any_size_takes_mix_resize(kw, why):
+    """Sizes without an integer factor (and downsampling): the phase methods do not
+    apply (the reason says why), mix-resize does, within its bound of the composition."""
+    x, w, b = _make((2, 16, 3, 4), 3, cout=8, dtype=torch.float32)
+    for method in ('polyphase', 'mix_first'):
+        plan = resize_conv2d_plan(x, w, b, method=method, **kw)
+        assert not plan.applies and why in plan.reason
+    plan = resize_conv2d_plan(x, w, b, **kw)
+    assert plan.applies and plan.method == 'mix_resize' and plan.factors is None
+    assert plan.macs_rewritten < plan.macs_direct
+    got = resize_conv2d(x, w, b, **kw)
+    bound = resize_conv2d_error_bound(x, w, b, **kw)
+    assert ((got.double() - _composition(x, w, b, **kw).double()).abs() <= 2 * bound).all()
+
+
+@pytest.mark.parametrize('mode,align_corners', MODES, ids=str)
+def test_mix_resize_downsampling(mode, align_corners):
+    """Downsampling has no integer factor; mix-resize computes it (the plan runs the
+    composition, which has fewer multiply-accumulates there)."""
+    x, w, b = _make((2, 3, 9, 11), 3)
+    kw = dict(size=(4, 5), mode=mode, align_corners=align_corners, padding=1)
+    assert 'shrinks' in resize_conv2d_plan(x, w, b, method='polyphase', **kw).reason
+    assert not resize_conv2d_plan(x, w, b, **kw).applies
+    got = _run_method('mix_resize', x, w, b, **kw)
+    torch.testing.assert_close(got, _composition(x, w, b, **kw), rtol=1e-12, atol=1e-12)
+
+
+def test_composition_where_it_takes_fewer_macs():
+    """One channel in and out, 1x1: interpolating after mixing costs more than the
+    composition's convolution, so 'auto' runs the composition (counted, with the
+    figures); the method can still be asked for."""
+    x, w, b = _make((1, 1, 3, 4), 1, cout=1, dtype=torch.float32)
+    plan = resize_conv2d_plan(x, w, b, size=(10, 16))
+    assert not plan.applies and 'more multiply-accumulates' in plan.reason
+    assert resize_conv2d_plan(x, w, b, size=(10, 16), method='mix_resize').applies
+    assert torch.equal(resize_conv2d(x, w, b, size=(10, 16)),
+                       _composition(x, w, b, size=(10, 16)))
 
 
 def test_fallback_groups_dtype_and_empty_batch():
@@ -237,12 +283,20 @@ def test_fallback_groups_dtype_and_empty_batch():
 
 
 def test_nearest_index_rule_decides():
-    """2 -> 82 is not an integer factor; a factor whose PyTorch float32 nearest index is
-    floor(d / s) everywhere applies."""
-    assert not resize_conv2d_plan((1, 1, 2, 2), (1, 1, 3, 3), size=(82, 82),
-                                  mode='nearest').applies
+    """2 -> 82 is not an integer factor for the phase methods; a factor whose PyTorch
+    float32 nearest index is floor(d / s) everywhere is. Mix-resize takes both (it
+    calls PyTorch's own nearest), equal to the composition."""
+    phase = resize_conv2d_plan((1, 1, 2, 2), (1, 1, 3, 3), size=(82, 82), mode='nearest',
+                               method='polyphase')
+    assert not phase.applies and 'nearest index' in phase.reason
+    assert resize_conv2d_plan((1, 1, 2, 2), (1, 1, 3, 3), size=(82, 82),
+                              mode='nearest').method == 'mix_resize'
     assert resize_conv2d_plan((1, 1, 7, 7), (1, 1, 3, 3), size=(21, 21),
-                              mode='nearest').applies
+                              mode='nearest').factors == (3, 3)
+    x, w, b = _make((1, 2, 2, 2), 3, cout=2)
+    kw = dict(size=(82, 82), mode='nearest', padding=1)
+    torch.testing.assert_close(resize_conv2d(x, w, b, **kw), _composition(x, w, b, **kw),
+                               rtol=1e-12, atol=1e-12)
 
 
 # ----------------------------------------------------------------------- bad input
@@ -307,11 +361,28 @@ def test_macs_are_what_runs(s, method, grouping):
     x, w, b = _make((1, 6, 4, 5), 3, cout=5, dtype=torch.float32)
     kw = dict(size=(4 * s, 5 * s), padding=1)
     plan = resize_conv2d_plan(x, w, b, grouping=grouping, method=method, **kw)
-    rc._KERNEL_CACHE.clear()
     preparation = _kernel_preparation_macs(plan, w) if method == 'polyphase' else 0
-    assert _counted_macs(lambda: rc._apply(x, w, b, plan), preparation) == \
+    assert _counted_macs(lambda: rc.apply_plan(x, w, b, plan), preparation) == \
         plan.macs_rewritten
     assert _counted_macs(lambda: _composition(x, w, b, **kw)) == plan.macs_direct
+
+
+@pytest.mark.parametrize('size', [(13, 17), (8, 10), (4, 7), (3, 3)])
+def test_mix_resize_macs_are_what_runs(size):
+    """Mix-resize: torch's flop counter sees the channel mixing (its only product); the
+    plan adds the interpolations (two products per value along a bilinear axis that
+    changes size, none along one that keeps it) and the shifted sums of the taps,
+    written out here."""
+    x, w, b = _make((1, 6, 4, 5), 3, cout=5, dtype=torch.float32)
+    plan = resize_conv2d_plan(x, w, b, size=size, padding=1, method='mix_resize')
+    (h, wd), (hu, wu) = (4, 5), size
+    ho, wo = hu, wu  # 'same' padding
+    mixing = 5 * 9 * 6 * h * wd
+    assert _counted_macs(lambda: rc.apply_plan(x, w, b, plan)) == mixing
+    th, tw = (0 if up == n else 2 for up, n in ((hu, h), (wu, wd)))
+    width = 5 * 9 * h * (tw * wu + wo)
+    height = 5 * 3 * wo * (th * hu + ho)
+    assert plan.macs_rewritten == mixing + width + height
 
 
 def test_uperhead_bottleneck_macs():
@@ -344,21 +415,31 @@ def test_uperhead_bottleneck_macs():
     assert round(rewritten['polyphase'] / 1e9) == 257
 
 
-# ----------------------------------------------------------------------- inference cache
-def test_phase_kernels_follow_weight_updates():
-    """Without autograd the phase kernels are kept per weight; an in-place update, a new
-    ``.data`` and a new weight are all seen."""
+# ----------------------------------------------------------------------- weight changes
+@pytest.mark.parametrize('method', METHODS)
+def test_weight_changes_are_seen(method):
+    """Nothing derived from a weight outlives a call: an in-place update, an edit through
+    ``.data`` (which bypasses the version counter: mmengine's EMAHook swaps weights with
+    ``.data.copy_``), a new ``.data`` and a new weight are all seen, with and without
+    autograd."""
     x, w, b = _make((1, 3, 4, 5), 3, dtype=torch.float32)
     conv = torch.nn.Conv2d(3, 4, 3, padding=1)
     kw = dict(size=(16, 20), padding=1)
+
+    def run(weight):
+        return _run_method(method, x, weight, None, **kw)
     with torch.no_grad():
         conv.weight.copy_(w)
-        first = resize_conv2d(x, conv.weight, None, **kw)
+        first = run(conv.weight)
         conv.weight.mul_(2)
-        torch.testing.assert_close(resize_conv2d(x, conv.weight, None, **kw), 2 * first)
+        torch.testing.assert_close(run(conv.weight), 2 * first)
+        conv.weight.data.mul_(-0.5)
+        torch.testing.assert_close(run(conv.weight), -first)
+        conv.weight.data.copy_(3 * w)
+        torch.testing.assert_close(run(conv.weight), 3 * first)
         conv.weight.data = -w
-        torch.testing.assert_close(resize_conv2d(x, conv.weight, None, **kw), -first)
-        torch.testing.assert_close(resize_conv2d(x, w, None, **kw), first)
+        torch.testing.assert_close(run(conv.weight), -first)
+        torch.testing.assert_close(run(w), first)
     y = resize_conv2d(x, conv.weight, None, **kw)  # with autograd: computed, not kept
     y.sum().backward()
     assert conv.weight.grad is not None and conv.weight.grad.abs().sum() > 0
@@ -446,3 +527,65 @@ def test_inference_mode_tensors():
         xi, wi, bi = x.clone(), w.clone(), b.clone()
         got = resize_conv2d(xi, wi, bi, size=(8, 10), padding=1)
     torch.testing.assert_close(got, _composition(x, w, b, size=(8, 10), padding=1))
+
+
+# ----------------------------------------------------------------------- modes
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize('size', [(16, 20), (13, 17)])
+@pytest.mark.parametrize('input_dtype', ['float32', 'autocast'])
+def test_autocast_follows_conv2d(dtype, size, input_dtype):
+    """Under ``torch.autocast`` the op casts its operands as a convolution's and returns
+    autocast's dtype, as ``F.conv2d(F.interpolate(...))`` does (float32 parameters, an
+    input of float32 or of autocast's dtype); its values are within two roundings to
+    that dtype of the float64 composition of the cast operands (computed in float32,
+    rounded once)."""
+    x, w, b = _make((2, 16, 4, 5), 3, cout=8, dtype=torch.float32)
+    if input_dtype == 'autocast':
+        x = x.to(dtype)
+    kw = dict(size=size, padding=1)
+    with torch.autocast('cpu', dtype=dtype):
+        got, ran = rc.run_resize_conv2d(x, w, b, **kw)
+        expected = _composition(x, w, b, **kw)
+    assert ran in METHODS
+    assert got.dtype == expected.dtype == dtype
+    exact = _composition(*(t.to(dtype).double() for t in (x, w, b)), **kw)
+    magnitude = _composition(*(t.to(dtype).double().abs() for t in (x, w, b)), **kw)
+    ulp = 2.0 ** -8 if dtype == torch.bfloat16 else 2.0 ** -11
+    assert ((got.double() - exact).abs() <= 2 * ulp * magnitude + 1e-30).all()
+    w16 = w.to(dtype)
+    with torch.autocast('cpu', dtype=dtype), pytest.raises(TypeError, match='weight'):
+        resize_conv2d(x.double(), w16, None, **kw)  # float64 is not cast (F.conv2d: neither)
+
+
+def test_jit_trace_is_size_generic():
+    """``torch.jit.trace`` records the composition with the traced sizes (counted): the
+    traced module gives the op's values at other input sizes too."""
+    conv = torch.nn.Conv2d(8, 4, 3, padding=1)
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = conv
+
+        def forward(self, x, like):
+            return resize_conv2d(x, self.conv.weight, self.conv.bias, size=like.shape[2:],
+                                 padding=1)
+    head = Head().eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        traced = torch.jit.trace(head, (torch.randn(1, 8, 13, 17, generator=g),
+                                        torch.zeros(1, 1, 25, 33)))
+        for hw, out in (((7, 9), (13, 17)), ((16, 16), (32, 32)), ((13, 17), (25, 33))):
+            x, like = torch.randn((2, 8) + hw, generator=g), torch.zeros((1, 1) + out)
+            expected = _composition(x, conv.weight, conv.bias, size=out, padding=1)
+            got = traced(x, like)
+            assert got.shape == expected.shape
+            torch.testing.assert_close(got, expected)
+    assert any('jit.trace' in reason for (op, reason) in fallback_counts()
+               if op == 'resize_conv2d')
+
+
+@pytest.mark.parametrize('size', [(6, 8), (7, 9)])
+def test_empty_batch(size):
+    x, w, b = _make((0, 4, 3, 4), 3, dtype=torch.float32)
+    assert resize_conv2d(x, w, b, size=size, padding=1).shape == (0, 4) + size
