@@ -13,6 +13,7 @@ from mmseg_cann import convert_model
 from mmseg_cann.convert import restore_resize
 from mmseg_cann.fusion import FusionReport, fuse_resize_conv, unfuse_model
 from mmseg_cann.fusion.resize_conv import SITES, conv_module_over_resized
+from mmseg_cann.utils import fallback_counts
 
 from tests._helpers import load_config
 
@@ -431,3 +432,76 @@ def test_inputs_and_norms_users_break_it_with():
     assert fused.forward.__self__ is fused
     with torch.no_grad():
         torch.testing.assert_close(b[0](inputs), ref, **_tol(ref))
+
+
+#: inputs at sizes that are not multiples of the network's stride (whole-image inference
+#: at any size), for the heads whose input sizes are free
+ODD_PYRAMID = [(25, 33), (13, 17), (7, 9), (4, 5)]
+ODD = {
+    'segformer': lambda: _feats([8, 16, 24, 32], ODD_PYRAMID),
+    'ham': lambda: _feats([8, 16, 24, 32], ODD_PYRAMID),
+    'fcn_resize_concat': lambda: _feats([8, 16, 24, 32], ODD_PYRAMID),
+    'uper': lambda: _feats([8, 16, 24, 32], ODD_PYRAMID),
+    'fpn_head': lambda: _feats([8] * 4, ODD_PYRAMID),
+    # its image pool is a 49x49 average pool: the last map must be at least that large
+    'lraspp': lambda: _feats([16, 24, 96], [(99, 131), (51, 67), (51, 67)], n=1),
+    'setr_mla': lambda: _feats([16] * 4, [(7, 9)] * 4),
+    'setr_up': lambda: _feats([16], [(7, 9)]),
+}
+
+
+def _rewrite_fallbacks(before):
+    return {k: v - before.get(k, 0) for k, v in fallback_counts().items()
+            if k[0] in ('fuse_resize_conv', 'resize_conv2d') and v != before.get(k, 0)}
+
+
+@pytest.mark.parametrize('name', sorted(ODD))
+def test_any_input_size_and_empty_batch(name):
+    """Odd sizes (maps of 25x33, 13x17, 7x9, 4x5): every site runs rewritten (no
+    composition, nothing counted), within float32 rounding of the unrewritten head, and
+    the report says what ran at the last call; an empty batch gives what the
+    unrewritten head gives."""
+    from tests._helpers import outcome
+    plain = _build(name).eval()
+    fused = copy.deepcopy(plain)
+    report = fuse_resize_conv(fused)
+    inputs = ODD[name]()
+    before = dict(fallback_counts())
+    with torch.no_grad():
+        torch.manual_seed(1)  # the same random bases of LightHamHead's decomposition
+        ref = _out(plain, inputs)
+        torch.manual_seed(1)
+        torch.testing.assert_close(_out(fused, inputs), ref, **_tol(ref))
+    assert _rewrite_fallbacks(before) == {}
+    last = report.last_calls()
+    assert set(last) == {p.split(' (')[0] for p in report.resize_conv}
+    ran = [m for methods in last.values() for m in methods]
+    assert ran and not any(m.startswith('composition') for m in ran), last
+    if name == 'uper':
+        assert set(ran) <= {'conv2d (no resize)', 'mix_resize'} and 'mix_resize' in ran
+    assert 'last call at' in str(report)
+    empty = [x[:0] for x in inputs]
+    with torch.no_grad():
+        want, got = outcome(lambda: plain(empty)), outcome(lambda: fused(empty))
+    assert (want[1] is None) == (got[1] is None), (want, got)
+    if want[1] is None:
+        assert _out(fused, empty).shape == _out(plain, empty).shape
+    else:
+        assert type(got[1]) is type(want[1]), (want, got)
+
+
+def test_uper_jit_trace_is_size_generic():
+    """``torch.jit.trace`` of a rewritten UPerHead traces (the composition is recorded
+    for the kxk site, counted) and, like the unrewritten head's trace, gives the
+    head's values at another input size."""
+    plain = _build('uper').eval()
+    fused = copy.deepcopy(plain)
+    fuse_resize_conv(fused)
+    inputs, odd = HEADS['uper'][1](), ODD['uper']()
+    with torch.no_grad():
+        traced = torch.jit.trace(fused, (inputs,), check_trace=False)
+        traced_plain = torch.jit.trace(plain, (inputs,), check_trace=False)
+        for feats in (inputs, odd):
+            ref = plain(feats)
+            torch.testing.assert_close(traced(feats), ref, **_tol(ref))
+            torch.testing.assert_close(traced_plain(feats), ref, **_tol(ref))

@@ -66,6 +66,27 @@ def any_symbolic(values) -> bool:
     return any(is_symbolic(v) for v in values)
 
 
+def same_sizes(a, b) -> bool:
+    """Whether two sizes (or size tuples) are known to be equal without specialising a
+    symbolic one: ints compare as ints, symbolic sizes by their expressions (the same
+    symbols and arithmetic); an int and a symbolic size are not known to be equal, nor
+    is a size that ``torch.jit.trace`` records as a tensor."""
+    a = tuple(a) if isinstance(a, (tuple, list)) or hasattr(a, '__len__') else (a,)
+    b = tuple(b) if isinstance(b, (tuple, list)) or hasattr(b, '__len__') else (b,)
+    if len(a) != len(b):
+        return False
+    import torch
+    for x, y in zip(a, b):
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            return False  # a size jit.trace records: not fixed at its traced value
+        if is_symbolic(x) or is_symbolic(y):
+            if not (is_symbolic(x) and is_symbolic(y) and x.node.expr == y.node.expr):
+                return False
+        elif int(x) != int(y):
+            return False
+    return True
+
+
 def size_value(value):
     """A size as a Python int, or unchanged when it is symbolic (no specialisation)."""
     return value if is_symbolic(value) else int(value)

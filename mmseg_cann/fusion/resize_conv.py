@@ -51,13 +51,14 @@ from typing import List, Optional, Sequence
 import torch
 from torch import nn
 
+from ..core import geometry as geo
 from ..ops.fused import upsample_add
 from ..ops.resize_conv import pointwise_conv2d as pointwise
 from ..ops.upsample import upsample
 from ..strips import is_strip_patch
 from ..utils.module_hooks import global_hooks_registered, has_hooks
 from ..utils import record_fallback
-from ._common import Site
+from ._common import Site, record_last_call
 
 OP = 'fuse_resize_conv'
 #: resize modes whose F.interpolate weights sum to one (and the modes F.interpolate takes
@@ -189,9 +190,16 @@ def _plain_torch() -> bool:
         or torch.jit.is_tracing()
 
 
+def resize_size(size) -> tuple:
+    """A size to resize to, as the resize is given it: ints, symbolic sizes unchanged,
+    and the traced sizes ``torch.jit.trace`` records (an ``int()`` would fix them)."""
+    if torch.jit.is_tracing():
+        return tuple(size)
+    return tuple(geo.size_value(s) for s in size)
+
+
 def _resize(z, size, mode, align_corners):
-    return upsample(z, size=tuple(int(s) for s in size), mode=mode,
-                    align_corners=align_corners)
+    return upsample(z, size=resize_size(size), mode=mode, align_corners=align_corners)
 
 
 def _resize_add(z, acc, mode, align_corners):
@@ -210,12 +218,13 @@ def resized_sum(terms, size, mode, align_corners, bias=None) -> torch.Tensor:
     """``Σ_i resize(conv2d(x_i, W_i), size) + bias`` for ``terms = [(x_i, W_i)]`` of 1x1
     weights: each product at its input's resolution; terms already of ``size`` are not
     resized; the bias is added to the first product (interpolation weights sum to one)."""
-    size = tuple(int(s) for s in size)
-    terms = sorted(terms, key=lambda t: tuple(t[0].shape[-2:]) != size)  # full-size first
+    size = resize_size(size)
+    # full-size first (sizes compared without specialising symbolic ones)
+    terms = sorted(terms, key=lambda t: not geo.same_sizes(t[0].shape[-2:], size))
     acc = None
     for x, w in terms:
         z = pointwise(x, w, bias if acc is None else None)
-        if tuple(z.shape[-2:]) == size:
+        if geo.same_sizes(z.shape[-2:], size):
             acc = z if acc is None else acc + z
         elif acc is None:
             acc = _resize(z, size, mode, align_corners)
@@ -253,6 +262,7 @@ def _module_resize(module):
 
 def _unfused(module, name, reason, *args):
     record_fallback(OP, reason, site=type(module).__name__)
+    record_last_call(module, (f'composition: {reason}',))
     return getattr(type(module), name)(module, *args)
 
 
@@ -448,7 +458,7 @@ def _mla_forward(self, inputs):
             x = layer(x)
         lows.append(x)
     ups = [s[len(s) - 1] for s in self.up_convs][:len(lows)]
-    if len({tuple(t.shape[2:]) for t in lows}) != 1 or \
+    if not all(geo.same_sizes(t.shape[2:], lows[0].shape[2:]) for t in lows) or \
             sum(int(t.shape[1]) for t in lows) != self.conv_seg.in_channels:
         return self.cls_seg(torch.cat([up(t) for up, t in zip(ups, lows)], dim=1))
     return ups[0](self.cls_seg(torch.cat(lows, dim=1)))
@@ -497,7 +507,7 @@ def _fpn_head_forward(self, inputs):
     acc = pointwise(output if mask is None else output * mask, weight, bias)
     for h, up in lows:
         z = up(pointwise(h if mask is None else h * mask, weight))
-        if z.shape[2:] != size:
+        if not geo.same_sizes(z.shape[2:], size):
             acc = _resize_add(z, acc, 'bilinear', self.align_corners)
         else:
             acc = acc + z

@@ -24,10 +24,11 @@ from typing import List
 import torch
 import torch.nn.functional as F
 
+from ..core import geometry as geo
 from ..ops.fused import upsample_add
-from ..ops.resize_conv import resize_conv2d
+from ..ops.resize_conv import run_resize_conv2d
 from . import resize_conv as rc
-from ._common import Site
+from ._common import Site, record_last_call
 
 
 def _conv_kxk(conv, what: str):
@@ -50,26 +51,30 @@ def _uper_reason(head):
 
 
 def bottleneck_over_resized(cm, maps, mode, align_corners):
-    """``cm(cat([maps[0]] + [resize(m, maps[0].shape[2:]) for m in maps[1:]], 1))`` as a
-    sum of per-part convolutions (see the module doc); None when the channels do not add
-    up to the conv's (the caller runs the unfused expression)."""
+    """``(cm(cat([maps[0]] + [resize(m, maps[0].shape[2:]) for m in maps[1:]], 1)),
+    what ran per resized part)`` as a sum of per-part convolutions (see the module doc);
+    ``(None, ())`` when the channels do not add up to the conv's (the caller runs the
+    unfused expression)."""
     conv = cm.conv
     channels = [int(m.shape[1]) for m in maps]
     if sum(channels) != conv.weight.shape[1]:
-        return None
+        return None, ()
     weights = torch.split(conv.weight, channels, dim=1)
-    size = tuple(int(s) for s in maps[0].shape[2:])
+    size = rc.resize_size(maps[0].shape[2:])
     pad = tuple(conv.padding)
     y = F.conv2d(maps[0], weights[0], conv.bias, padding=pad)
+    ran = []
     for m, w in zip(maps[1:], weights[1:]):
-        if tuple(m.shape[2:]) == size:
-            part = F.conv2d(m, w, padding=pad)
+        if geo.same_sizes(m.shape[2:], size):
+            part, how = F.conv2d(m, w, padding=pad), 'conv2d (no resize)'
         else:
-            part = resize_conv2d(m, w, size=size, mode=mode, align_corners=align_corners,
-                                 padding=pad)
-        y = y + part if torch.is_grad_enabled() and (y.requires_grad or part.requires_grad) \
-            else y.add_(part)
-    return rc._after_conv(cm, y)
+            part, how = run_resize_conv2d(m, w, size=size, mode=mode,
+                                          align_corners=align_corners, padding=pad)
+        ran.append(how)
+        # in place only where nothing records the sum (autograd, autocast's dtypes)
+        y = y + part if (torch.is_grad_enabled() and (y.requires_grad or part.requires_grad)) \
+            or y.dtype != part.dtype else y.add_(part)
+    return rc._after_conv(cm, y), tuple(ran)
 
 
 def _uper_forward_feature(self, inputs):
@@ -90,8 +95,10 @@ def _uper_forward_feature(self, inputs):
                                            align_corners=self.align_corners)
     fpn_outs = [self.fpn_convs[i](laterals[i]) for i in range(levels - 1)]
     fpn_outs.append(laterals[-1])
-    out = bottleneck_over_resized(self.fpn_bottleneck, fpn_outs, 'bilinear',
-                                  self.align_corners)
+    out, ran = bottleneck_over_resized(self.fpn_bottleneck, fpn_outs, 'bilinear',
+                                       self.align_corners)
+    record_last_call(self, ran if out is not None else
+                     ('composition: the channels do not add up to the convolution\'s',))
     if out is None:
         resize = rc._module_resize(self)
         size = fpn_outs[0].shape[2:]
@@ -106,4 +113,4 @@ def _uper_forward_feature(self, inputs):
 SITES: List[Site] = [
     Site('mmseg.models.decode_heads.uper_head.UPerHead', 'fpn_bottleneck',
          'kxk ConvModule over cat of resized maps (resize_conv2d)', '_forward_feature',
-         _uper_reason, _uper_forward_feature)]
+         _uper_reason, _uper_forward_feature, label=None)]

@@ -2,6 +2,7 @@
 (UPerHead's bottleneck) in a model and bind their rewritten methods."""
 from __future__ import annotations
 
+import weakref
 from typing import List
 
 from torch import nn
@@ -45,6 +46,7 @@ def fuse_resize_conv(model: nn.Module, report: FusionReport = None) -> FusionRep
             if reason is not None:
                 report.skipped.append(f'{path} ({name}: {reason})')
                 continue
-            _bind(module, site.method, site.fused)
+            _bind(module, site.method, site.fused, site.label)
             report.resize_conv.append(f'{path} ({name})')
+            report.sites[path] = weakref.ref(module)
     return report

@@ -113,11 +113,10 @@ def _heads(model):
     return heads
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize('name', sorted(RUNS))
-def test_runner_trains_rewritten_heads(name, tmp_path):
-    from mmengine.runner import Runner
-    base, overrides, sites = RUNS[name]
+def _runner_cfg(name, tmp_path, fuse=True, iters=3, val_interval=1000):
+    """The demo's config and data with the model of ``RUNS[name]`` (2 classes), trained
+    ``iters`` iterations; ``CANNOpsHook(fuse_resize_conv=fuse)``."""
+    base, overrides, _ = RUNS[name]
     root = str(tmp_path / 'data')
     make_dataset('drive', root, num_train=2, num_val=1, seed=0)
     cfg = load_config(DEMO)
@@ -134,19 +133,108 @@ def test_runner_trains_rewritten_heads(name, tmp_path):
         model.data_preprocessor = cfg.model.data_preprocessor
         model.test_cfg = dict(mode='whole')
         cfg.model = model
-    cfg.work_dir = str(tmp_path / 'work')
-    cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=3, val_interval=1000)
+    cfg.work_dir = str(tmp_path / f'work-{fuse}')
+    cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=iters, val_interval=val_interval)
     cfg.param_scheduler = []
     cfg.default_hooks.logger.interval = 1
-    cfg.custom_hooks = [dict(type='CANNOpsHook', fuse_resize_conv=True)]
-    runner = Runner.from_cfg(cfg)
+    cfg.custom_hooks = [dict(type='CANNOpsHook', fuse_resize_conv=fuse)]
+    cfg.randomness = dict(seed=0)
+    return cfg
+
+
+def _new_fallbacks(before):
+    after = fallback_counts()
+    return {k: v - before.get(k, 0) for k, v in after.items()
+            if k[0] in ('fuse_resize_conv', 'resize_conv2d') and v != before.get(k, 0)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('name', sorted(RUNS))
+def test_runner_trains_rewritten_heads(name, tmp_path):
+    from mmengine.runner import Runner
+    runner = Runner.from_cfg(_runner_cfg(name, tmp_path))
     before = dict(fallback_counts())
     runner.train()
     report = unwrap_model(runner.model).cann_conversion_report.fusion
-    assert report.resize_conv == sites, report
-    after = fallback_counts()
-    new = {k: v - before.get(k, 0) for k, v in after.items()
-           if k[0] == 'fuse_resize_conv' and v != before.get(k, 0)}
-    assert new == {}, new  # every call took the rewritten path
+    assert report.resize_conv == RUNS[name][2], report
+    assert _new_fallbacks(before) == {}  # every call took the rewritten path
     loss = runner.message_hub.get_scalar('train/loss').current()
     assert torch.isfinite(torch.as_tensor(loss))
+
+
+def _train_losses(cfg):
+    from mmengine.runner import Runner
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    values, _ = runner.message_hub.get_scalar('train/loss').data
+    return runner, [float(v) for v in values]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('name', ['upernet', 'segformer'])
+def test_amp_training_fused_like_unfused(name, tmp_path, monkeypatch):
+    """mmengine's AmpOptimWrapper (bf16 autocast on the CPU; its GPU/NPU check told the
+    CPU will do) trains the rewritten head: every call takes the rewrite (no
+    composition), and the losses of each iteration are those of the unfused model within
+    bf16 rounding (from the same initialisation and data)."""
+    from mmengine.optim.optimizer import amp_optimizer_wrapper
+    monkeypatch.setattr(amp_optimizer_wrapper, 'is_cuda_available', lambda: True)
+    losses = {}
+    for fuse in (False, True):
+        cfg = _runner_cfg(name, tmp_path, fuse=fuse)
+        cfg.optim_wrapper = dict(type='AmpOptimWrapper', dtype='bfloat16',
+                                 optimizer=cfg.optim_wrapper.optimizer)
+        before = dict(fallback_counts())
+        runner, losses[fuse] = _train_losses(cfg)
+        if fuse:
+            assert _new_fallbacks(before) == {}
+            last = unwrap_model(runner.model).cann_conversion_report.fusion.last_calls()
+            assert last and not any('composition' in m for ran in last.values()
+                                    for m in ran), last
+    assert len(losses[True]) == len(losses[False]) == 3
+    for fused, plain in zip(losses[True], losses[False]):
+        # logits rounded to bf16 (2^-8 relative) by either path: a few roundings apart
+        assert abs(fused - plain) <= 4 * 2.0 ** -8 * abs(plain), losses
+
+
+def _compare_with_unfused_hook():
+    """A hook that, after each validation iteration, runs the same batch through an
+    unfused copy of the model as it is then (EMA weights swapped in): the same labels,
+    logits within float32 rounding of the unfused ones."""
+    import copy
+
+    from mmengine.hooks import Hook
+
+    from mmseg_cann.fusion import unfuse_model
+
+    class CompareWithUnfused(Hook):
+        compared = 0
+
+        def after_val_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+            reference = copy.deepcopy(unwrap_model(runner.model))
+            unfuse_model(reference)
+            with torch.no_grad():
+                expected = reference.val_step(data_batch)
+            for got, want in zip(outputs, expected):
+                logits, ref = got.seg_logits.data, want.seg_logits.data
+                assert torch.equal(got.pred_sem_seg.data, want.pred_sem_seg.data)
+                assert (logits - ref).abs().max() <= 1e-4 * ref.abs().max()
+            self.compared += 1
+    return CompareWithUnfused()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('name', ['upernet'])
+def test_ema_validation_sees_swapped_weights(name, tmp_path):
+    """mmengine's EMAHook swaps the averaged weights in and out through ``.data.copy_``
+    before and after each validation: with two validations, the second after training
+    changed the weights, the rewritten model's results are those of an unfused copy with
+    the same weights (nothing derived from the weights outlives them)."""
+    from mmengine.runner import Runner
+    cfg = _runner_cfg(name, tmp_path, iters=4, val_interval=2)
+    cfg.custom_hooks.append(dict(type='EMAHook', momentum=0.5))
+    runner = Runner.from_cfg(cfg)
+    compare = _compare_with_unfused_hook()
+    runner.register_hook(compare, priority='LOWEST')
+    runner.train()
+    assert compare.compared == 2  # one validation image, two validations

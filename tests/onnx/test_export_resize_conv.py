@@ -124,3 +124,62 @@ def test_uper_bottleneck_exports_exactly(target):
     assert result['max_abs'] <= 2e-6 and result['argmax_agree'] == 1.0
     with torch.no_grad():
         torch.testing.assert_close(Head(fused)(*feats), Head(plain)(*feats))
+
+
+def _segformer_head():
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS
+    init_default_scope('mmseg')
+    torch.manual_seed(0)
+    head = MODELS.build(dict(type='SegformerHead', in_channels=[8, 16, 24, 32],
+                             in_index=[0, 1, 2, 3], channels=16, num_classes=5,
+                             norm_cfg=BN))
+    head.init_weights()
+    return head.eval()
+
+
+def _pyramid(sizes, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(1, c, h, w, generator=g)
+                 for c, (h, w) in zip([8, 16, 24, 32], sizes))
+
+
+#: the traced pyramid, then sizes that are not multiples of the stride, then larger ones
+DYNAMIC_SIZES = [[(32, 32), (16, 16), (8, 8), (4, 4)],
+                 [(25, 33), (13, 17), (7, 9), (4, 5)],
+                 [(48, 40), (24, 20), (12, 10), (6, 5)]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('build', [_segformer_head, _uper], ids=['segformer', 'uper'])
+def test_rewritten_heads_export_dynamic(build):
+    """dynamic=True: the rewritten head exports as the unrewritten one does (the rewrite
+    forces no size: its kxk slices take the size-generic mix-resize form) and the graph
+    reproduces the rewritten head at every size, odd ones included; where the
+    unrewritten head is refused for a rule of its own, the rewritten one is refused with
+    the same message."""
+    plain = build()
+    fused = copy.deepcopy(plain)
+    assert fuse_resize_conv(fused).resize_conv
+    names = [f'f{i}' for i in range(4)]
+    outcomes = {}
+    for key, model in (('plain', plain), ('fused', fused)):
+        try:
+            outcomes[key] = export_onnx(Head(model), _pyramid(DYNAMIC_SIZES[0]),
+                                        dynamic=True, input_names=names)
+        except ValueError as exc:
+            outcomes[key] = str(exc)
+    if isinstance(outcomes['plain'], str):
+        assert outcomes['fused'] == outcomes['plain']
+        assert 'forces the traced size' not in outcomes['fused']
+        return
+    proto = outcomes['fused']
+    assert not isinstance(proto, str), proto
+    inputs = [_pyramid(sizes, seed) for seed, sizes in enumerate(DYNAMIC_SIZES)]
+    for result in verify_onnx(proto, Head(fused), inputs):
+        assert result['max_abs'] <= 2e-6 and result['argmax_agree'] == 1.0, result
+    with torch.no_grad():
+        for feats in inputs:
+            ref = Head(plain)(*feats)
+            torch.testing.assert_close(Head(fused)(*feats), ref, rtol=0,
+                                       atol=1e-5 * float(ref.abs().max()))
