@@ -344,7 +344,8 @@ CALLS_PER_RUN = 1000
 def _overhead_case(name, nn_module, cann_module, functional, cann_functional):
     """Per-call cost on a tiny map (1x8x4x4): ``CALLS_PER_RUN`` calls per timed run of the
     nn module, the CANN module (cached direct call), ``torch.nn.functional`` and
-    ``mmseg_cann.ops``. What is left is Python overhead per call."""
+    ``mmseg_cann.ops``. What is left is Python overhead per call. Timed in alternation
+    (microseconds drift with the load of a shared machine)."""
     def loop(fn):
         def run(x):
             for _ in range(CALLS_PER_RUN):
@@ -354,7 +355,7 @@ def _overhead_case(name, nn_module, cann_module, functional, cann_functional):
     return Case(name, lambda d: (_rand((1, 8, 4, 4), torch.float32, d),), loop(nn_module),
                 {'mmseg_cann module': loop(cann_module),
                  'torch.nn.functional': loop(functional),
-                 'mmseg_cann.ops': loop(cann_functional)}, compile=False)
+                 'mmseg_cann.ops': loop(cann_functional)}, compile=False, interleave=True)
 
 
 def _hrf_overrides(cfg):

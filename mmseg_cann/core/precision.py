@@ -141,8 +141,14 @@ def get_precision_policy() -> PrecisionPolicy:
     """The policy in force here: the innermost context's, else the process-wide one."""
     if _is_compiling():
         policy = getattr(_thread_policy, 'policy', None)
-    else:
-        policy = _context_policy.get()
+        return policy if policy is not None else _global_policy
+    return eager_precision_policy()
+
+
+def eager_precision_policy() -> PrecisionPolicy:
+    """:func:`get_precision_policy` in code that is not being compiled (a caller that has
+    checked ``torch.compiler.is_compiling()`` already: the call caches of the ops)."""
+    policy = _context_policy.get()
     return policy if policy is not None else _global_policy
 
 

@@ -30,10 +30,14 @@ class CANNModule:
             parts.append(f'backend={self.backend!r}')
         return ''.join(', ' + p for p in parts)
 
+    #: what ``torch.jit.script`` says to use instead (each path it names is tested:
+    #: tests/models/test_tracing.py, tests/models/test_roi_pool_module.py)
+    _SCRIPT_ADVICE = ('Use torch.compile (fullgraph=True works), torch.export.export, '
+                      'torch.fx.symbolic_trace or torch.jit.trace instead, or script the '
+                      'model before mmseg_cann.convert_model replaces its torch.nn modules')
+
     def __prepare_scriptable__(self):
         raise RuntimeError(
             f'{type(self).__name__} cannot be compiled by torch.jit.script: its forward '
             f'chooses a backend and a compute dtype per call, which TorchScript cannot '
-            f'express. Use torch.compile (fullgraph=True works), torch.export.export, '
-            f'torch.fx.symbolic_trace or torch.jit.trace instead, or script the model '
-            f'before mmseg_cann.convert_model replaces its torch.nn modules')
+            f'express. {self._SCRIPT_ADVICE}')

@@ -46,6 +46,13 @@ class CANNRoIPool2d(CANNModule, nn.Module):
         dict(type='CANNRoIPool2d', output_size=7, spatial_scale=1 / 16, mode='avg')
     """
 
+    _SCRIPT_ADVICE = (
+        'Use torch.jit.trace, torch.export.export or torch.compile instead: each records '
+        'one call of the registered op mmseg_cann::roi_pool2d, which reads the boxes when '
+        'the graph runs (for inference: under torch.compile an input that needs a '
+        'gradient runs the op eagerly between graphs, so fullgraph=True holds it only '
+        'without one), or torch.fx.symbolic_trace (one call_function node)')
+
     def __init__(self, output_size, spatial_scale: float = 1.0, mode: str = 'max',
                  return_indices: bool = False, *, precision=None,
                  backend: str = 'auto') -> None:

@@ -18,16 +18,16 @@ change whether a call is accepted:
   ``[3, 3]`` and ``(3, 3)`` two), the input's shape, dtype and device kind, and the
   precision policy in force. Arguments of any other type (tensors, arrays, user
   objects) are not cached. A cached call holds its own copy of list arguments;
-* nothing is cached or used while :func:`direct_state` says something else could change
-  the result: autocast, ``torch.compile``/``torch.export``/ONNX tracing, tuning, inputs
-  that are not plain CPU/CUDA tensors (tensor subclasses, FX proxies).
+* nothing is cached or used while something else could change the result (the rules
+  in :func:`run_cached`): autocast, ``torch.compile``/``torch.export``/ONNX tracing,
+  tuning, inputs that are not plain CPU/CUDA tensors (tensor subclasses, FX proxies).
 """
 from __future__ import annotations
 
 import os
 import threading
 from contextlib import contextmanager
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 import numpy as np
 import torch
@@ -37,32 +37,11 @@ from torch.overrides import handle_torch_function, has_torch_function_unary
 from .. import backends
 from ..backends import auto, native, tuned
 from ..core import geometry as geo
-from ..core.precision import get_precision_policy, resolve_compute_dtype
+from ..core.precision import eager_precision_policy, resolve_compute_dtype
 from ..utils.fallbacks import fallback_total
 
-DirectCall = Callable[[torch.Tensor], torch.Tensor]
-
-
-def direct_state(input):
-    """A token of the state a cached direct call depends on, or None when none may be used
-    now (not a plain CPU/CUDA tensor, autocast on, a compile/export trace,
-    ``MMSEG_CANN_TUNE``).
-
-    Called on every cached call, so each test is the cheapest form of the rule it stands
-    for: ``type(input) is torch.Tensor`` turns away non-tensors, tensor subclasses and FX
-    proxies; ``torch.compiler.is_compiling()`` comes before anything dynamo would have to
-    trace; ``torch.compiler.is_exporting()`` covers mmseg_cann's own export,
-    ``torch.export`` and the dynamo ONNX exporter; TorchScript tracing covers
-    ``torch.jit.trace`` and the TorchScript ONNX exporter (which traces); the tuning
-    switch is read only when the variable exists.
-    """
-    if type(input) is not torch.Tensor or _disabled or _is_compiling() \
-            or not (input.is_cpu or input.is_cuda) or _any_autocast() or _is_exporting() \
-            or _is_tracing():
-        return None
-    if _env_has(tuned.ENV_TUNE) and tuned.tuning_enabled():
-        return None
-    return get_precision_policy()
+#: ``(function, arguments)``: the call ``function(input, *arguments)``
+DirectCall = Tuple[Callable[..., torch.Tensor], tuple]
 
 
 _disabled = 0
@@ -94,19 +73,15 @@ _any_autocast = getattr(torch._C, '_is_any_autocast_enabled', None) or (
     lambda: torch.is_autocast_enabled('cpu') or torch.is_autocast_enabled('cuda'))
 
 
-def _env_has(name: str) -> bool:
-    """``name in os.environ`` without encoding the key on every call (a dict lookup in
-    os.environ's own table, which ``os.environ`` writes through)."""
-    data = getattr(os.environ, '_data', None)
-    if data is None:
-        return name in os.environ
-    key = _ENCODED.get(name)
-    if key is None:
-        key = _ENCODED[name] = os.environ.encodekey(name)
-    return key in data
+def _tune_key():
+    """The tuning switch's name as ``os.environ``'s own table holds it (encoded once):
+    ``key in os.environ._data`` is ``name in os.environ`` without encoding the name on
+    every call (``os.environ`` writes through to that table)."""
+    encode = getattr(os.environ, 'encodekey', None)
+    return tuned.ENV_TUNE if encode is None else encode(tuned.ENV_TUNE)
 
 
-_ENCODED: dict = {}
+_TUNE_KEY = _tune_key()
 
 # ----------------------------------------------------------------------------------
 # keys: value and exact type
@@ -149,7 +124,8 @@ def call_key(args: tuple):
     lists and ``torch.Size``; None when an argument cannot be keyed safely.
 
     Two argument tuples get the same key only if every item (and every item of a nested
-    sequence) has the same type and an equal value.
+    sequence) has the same type and an equal value. (:func:`run_cached` makes the
+    scalars-only key itself, without calling this.)
     """
     types = tuple(map(type, args))
     if _ATOMS.issuperset(types):
@@ -166,7 +142,8 @@ def _own_args(key, args: tuple) -> tuple:
     return args if key[0] is args else _thaw(*key)
 
 
-#: direct calls of the functional ops, by (builder, argument key, shape, dtype, on CUDA)
+#: direct calls of the functional ops, by (builder, arguments, their types, shape, dtype,
+#: on CUDA): each entry is (precision policy, direct call or None)
 _CALLS: dict = {}
 MAX_CALLS = 1024
 
@@ -180,32 +157,58 @@ def run_cached(builder, args: tuple, input):
     * An input with ``__torch_function__`` handling (an FX proxy, a tensor subclass, an
       active torch function mode) is dispatched as ``torch.nn.functional`` dispatches:
       ``torch.fx.symbolic_trace`` records the op as one ``call_function`` node.
+    * No cached call is used or stored while something else could change the result:
+      ``type(input) is torch.Tensor`` turns away non-tensors, tensor subclasses and FX
+      proxies; ``torch.compiler.is_compiling()`` comes before anything dynamo would have
+      to trace; then inputs that are not on a CPU or CUDA device, autocast on any device,
+      ``torch.compiler.is_exporting()`` (mmseg_cann's own export, ``torch.export``, the
+      dynamo ONNX exporter), TorchScript tracing (``torch.jit.trace`` and the TorchScript
+      ONNX exporter), ``MMSEG_CANN_TUNE`` (read only when the variable exists). An
+      entry is used only under the precision policy it was made under.
     * The first call of a key runs the op itself and returns its result (or raises its
       error); ``builder`` then derives the direct call, stored for the later calls.
+
+    Every cached call passes through here, so each step is the cheapest form of its rule
+    (C functions, no Python helper of this package but the policy's), and a direct call
+    is stored as ``(function, arguments)`` and made as ``function(input, *arguments)``:
+    nothing of its own between the op and the ATen function (a C function for the common
+    geometries). tests/models/test_call_cache_probe.py counts the Python functions a
+    cached call runs.
     """
     # (not while exporting: torch.export's non-strict tracing is such a mode, and the op's
     # own path keeps the sizes symbolic where a dispatch would trace it again)
     if _has_torch_function(input) and not _is_exporting():
         return handle_torch_function(_OPS[builder], (input,), input, *args[:-2],
                                      precision=args[-2], backend=args[-1])
-    state = direct_state(input)
-    if state is None:
+    if type(input) is not torch.Tensor or _disabled or _is_compiling():
         return None
-    arg_key = call_key(args)
-    if arg_key is None:
+    cuda = input.is_cuda
+    if not (cuda or input.is_cpu) or _any_autocast() or _is_exporting() or _is_tracing():
         return None
-    key = (builder, arg_key, input.shape, input.dtype, input.is_cuda)
+    environ = getattr(os.environ, '_data', None)  # see _tune_key
+    if (_TUNE_KEY in environ if environ is not None else tuned.ENV_TUNE in os.environ) \
+            and tuned.tuning_enabled():
+        return None
+    state = eager_precision_policy()
+    types = tuple(map(type, args))
+    if _ATOMS.issuperset(types):  # call_key's common case, inlined
+        key = (builder, args, types, input.shape, input.dtype, cuda)
+    else:
+        arg_key = call_key(args)
+        if arg_key is None:
+            return None
+        key = (builder, arg_key[0], types, input.shape, input.dtype, cuda)
     entry = _CALLS.get(key)
     if entry is not None and entry[0] is state:
         call = entry[1]
-        return None if call is None else call(input)
+        return None if call is None else call[0](input, *call[1])
     recorded = fallback_total()
     with direct_calls_disabled():
         result = _OPS[builder](input, *args[:-2], precision=args[-2], backend=args[-1])
     call = None
     if fallback_total() == recorded:
         try:
-            call = builder(input, *_own_args(arg_key, args))
+            call = builder(input, *_own_args(key[1:3], args))
         except Exception:  # noqa: BLE001 - no direct call: every call takes the full path
             call = None
     if len(_CALLS) >= MAX_CALLS:
@@ -238,10 +241,17 @@ def _collapse(pair):
 
 # The builders run after the op accepted the same arguments for an input of the same
 # shape and dtype (so they do not validate), and return what the op's full path calls:
-# the native backend with the spec the op computed, written as the one
-# ``torch.nn.functional`` call the native backend makes for that spec where it makes one
-# (tests/models/test_call_cache_probe.py compares every form with the full path). None
-# where the op does something else (another backend, a cast).
+# the native backend with the spec the op computed, written as the ATen function that
+# the one ``torch.nn.functional`` call the native backend makes for that spec ends in
+# (its Python wrapper only dispatches and fills in defaults, which the op has done)
+# where it makes one (tests/models/test_call_cache_probe.py compares every form with
+# the full path). None where the op does something else (another backend, a cast).
+_max_pool2d = torch.max_pool2d  # F.max_pool2d(return_indices=False)
+_max_pool2d_with_indices = torch._C._nn.max_pool2d_with_indices  # return_indices=True
+_avg_pool2d = F.avg_pool2d  # ATen's own function
+_adaptive_avg_pool2d = torch._C._nn.adaptive_avg_pool2d  # F's, output size filled in
+
+
 def max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices,
                precision, backend) -> Optional[DirectCall]:
     if not _runs_native(input, backend, 'max_pool2d', 'max', precision):
@@ -251,10 +261,10 @@ def max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, return_
     spec = geo.pool_spec(input.shape[-2:], args)
     flag = geo.truth_flag(return_indices)
     if not spec.torch_padding_ok:
-        return lambda x: native.max_pool2d(x, spec, flag)
+        return native.max_pool2d, (spec, flag)
+    call = _max_pool2d_with_indices if flag else _max_pool2d
     k, s, p, d = map(_collapse, (args.kernel, args.stride, spec.pad_begin, args.dilation))
-    ceil = args.ceil_mode
-    return lambda x: F.max_pool2d(x, k, s, p, d, ceil, flag)
+    return call, (k, s, p, d, args.ceil_mode)
 
 
 def avg_pool2d(input, kernel_size, stride, padding, ceil_mode, count_include_pad,
@@ -265,17 +275,16 @@ def avg_pool2d(input, kernel_size, stride, padding, ceil_mode, count_include_pad
                                check_padding_limit=False)
     spec = geo.pool_spec(input.shape[-2:], args)
     if not spec.torch_padding_ok:
-        return lambda x: native.avg_pool2d(x, spec, count_include_pad, divisor_override)
+        return native.avg_pool2d, (spec, count_include_pad, divisor_override)
     k, s, p = map(_collapse, (args.kernel, args.stride, spec.pad_begin))
-    ceil = args.ceil_mode
-    return lambda x: F.avg_pool2d(x, k, s, p, ceil, count_include_pad, divisor_override)
+    return _avg_pool2d, (k, s, p, args.ceil_mode, count_include_pad, divisor_override)
 
 
 def adaptive_avg_pool2d(input, output_size, precision, backend) -> Optional[DirectCall]:
     if not _runs_native(input, backend, 'adaptive_avg_pool2d', 'avg', precision):
         return None
-    out_hw = _collapse(geo.adaptive_output_size(input.shape[-2:], output_size))
-    return lambda x: F.adaptive_avg_pool2d(x, out_hw)
+    return _adaptive_avg_pool2d, (
+        _collapse(geo.adaptive_output_size(input.shape[-2:], output_size)),)
 
 
 def upsample(input, size, scale_factor, mode, align_corners, recompute_scale_factor,
@@ -286,7 +295,6 @@ def upsample(input, size, scale_factor, mode, align_corners, recompute_scale_fac
                                    recompute_scale_factor, antialias)
     spec = geo.upsample_spec(input.shape[-2:], args)
     if args.antialias:  # the native backend works around CPU antialias kernel defects
-        return lambda x: native.upsample(x, spec)
-    call = (args.size, args.scale_factor, args.mode, args.align_corners,
-            args.recompute_scale_factor)
-    return lambda x: F.interpolate(x, *call)
+        return native.upsample, (spec,)
+    return F.interpolate, (args.size, args.scale_factor, args.mode, args.align_corners,
+                           args.recompute_scale_factor)

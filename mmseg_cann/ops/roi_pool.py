@@ -3,10 +3,17 @@
 The region and bin rules are :mod:`mmseg_cann.core.roi`'s; where the call runs is planned
 by :mod:`mmseg_cann.backends.roi_npu` (numba kernels on a CPU, the vendor kernel for max
 pooling on an Ascend NPU where it applies, an exact aten form elsewhere).
+
+In a graph (``torch.compile``, ``torch.export``, ``torch.jit.trace``) the op is one call
+of the registered operator ``mmseg_cann::roi_pool2d`` (:func:`_roi_pool_op`), which
+runs the eager op when the graph runs: the boxes' values are read then, not when the
+graph is made. Training under ``torch.compile`` (an input that needs a gradient) runs
+the op eagerly between graphs instead.
 """
 from __future__ import annotations
 
 import functools
+from typing import List, Optional
 
 import torch
 from torch.overrides import handle_torch_function, has_torch_function
@@ -15,7 +22,7 @@ from ..backends import roi_cpu, roi_npu
 from ..core import export_mode
 from ..core import geometry as geo
 from ..core import roi as roi_rules
-from ..core.precision import normalize_precision, run_with_precision
+from ..core.precision import normalize_precision, precision_name, run_with_precision
 from ..utils import record_fallback
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -36,9 +43,6 @@ def _dynamo_disabled(fn):
     return call
 
 
-# dynamo runs the op eagerly (a graph break): its checks read the boxes' values and the
-# CPU kernels are numba functions
-@_dynamo_disabled
 def roi_pool2d(input: torch.Tensor, rois, output_size, mode: str = 'max',
                spatial_scale: float = 1.0, return_indices: bool = False, *, precision=None,
                backend: str = 'auto'):
@@ -97,6 +101,31 @@ def roi_pool2d(input: torch.Tensor, rois, output_size, mode: str = 'max',
             target = export_mode.current_target()
             raise ValueError(f'roi_pool2d cannot be exported to the {target!r} target')
         return export(input, rois, out_hw, mode, scale, return_indices)
+    if _recorded_in_graph(input):
+        named = precision if precision is None or isinstance(precision, str) else \
+            precision_name(normalize_precision(precision))
+        pooled = _roi_pool_op(input, rois, list(out_hw), mode, scale, return_indices, named,
+                              backend)
+        return tuple(pooled) if return_indices else pooled[0]
+    return _pool_eagerly(input, rois, out_hw, mode, scale, return_indices, precision, backend)
+
+
+def _recorded_in_graph(input: torch.Tensor) -> bool:
+    """Whether a graph is being made that holds this call as one call of
+    ``mmseg_cann::roi_pool2d``: ``torch.export``, ``torch.jit.trace``, and
+    ``torch.compile`` where no input gradient is needed (the registered op has no
+    gradient: with one, dynamo runs :func:`_pool_eagerly` between graphs)."""
+    if torch.compiler.is_exporting() or torch.jit.is_tracing():
+        return True
+    return torch.compiler.is_compiling() and not (torch.is_grad_enabled()
+                                                  and input.requires_grad)
+
+
+# dynamo runs the eager op between graphs: its checks read the boxes' values and the CPU
+# kernels are numba functions
+@_dynamo_disabled
+def _pool_eagerly(input, rois, out_hw, mode, scale, return_indices, precision, backend):
+    """The op after its argument checks: the boxes' checks, their bins, the pooling."""
     roi_rules.check_rois(rois, input)
     bins = roi_rules.roi_bins(rois, scale, out_hw, input.shape[-2:], mode)
     return run_with_precision(
@@ -126,3 +155,34 @@ def _pool(x, rois, bins, out_hw, mode, scale, return_indices, backend):
     if return_indices:
         return result[0].to(x.dtype), result[1]
     return result.to(x.dtype)
+
+
+@torch.library.custom_op('mmseg_cann::roi_pool2d', mutates_args=())
+def _roi_pool_op(input: torch.Tensor, rois: torch.Tensor, output_size: List[int], mode: str,
+                 spatial_scale: float, return_indices: bool, precision: Optional[str],
+                 backend: str) -> List[torch.Tensor]:
+    """:func:`roi_pool2d` as one registered operator (what a graph records): the eager
+    op's values (and indices) when the graph runs, contiguous."""
+    pooled = _pool_eagerly(input, rois, output_size, mode, spatial_scale, return_indices,
+                           precision, backend)
+    return [t.contiguous() for t in pooled] if return_indices else [pooled.contiguous()]
+
+
+@_roi_pool_op.register_fake
+def _(input, rois, output_size, mode, spatial_scale, return_indices, precision, backend):
+    shape = (rois.shape[0], input.shape[1], output_size[0], output_size[1])
+    pooled = [input.new_empty(shape)]
+    if return_indices:
+        pooled.append(input.new_empty(shape, dtype=torch.int64))
+    return pooled
+
+
+def _no_gradient(ctx, grads):
+    raise RuntimeError(
+        'roi_pool2d: the gradient of ROI pooling recorded in a torch.export or '
+        'torch.jit.trace graph is not available (those graphs are for inference); '
+        'train with the eager module or under torch.compile, which runs the op eagerly '
+        'between graphs when an input needs a gradient')
+
+
+_roi_pool_op.register_autograd(_no_gradient)

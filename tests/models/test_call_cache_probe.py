@@ -7,6 +7,7 @@ Every expectation is the uncached full path or PyTorch's own module/function."""
 import copy
 import itertools
 import pickle
+import sys
 
 import numpy as np
 import pytest
@@ -239,6 +240,41 @@ def test_common_calls_are_cached():
         (entry,) = direct._CALLS.values()
         assert entry[1] is not None
         assert _same(call(), first)
+
+
+def _python_calls(call):
+    """The Python functions ``call()`` runs, as ``(file, name)``."""
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == 'call':
+            seen.append((frame.f_code.co_filename, frame.f_code.co_name))
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+@pytest.mark.parametrize('build', [lambda: CANNMaxPool2d(3, 2, 1),
+                                   lambda: CANNMaxPool2d(3, 2, 1, return_indices=True),
+                                   lambda: CANNAvgPool2d(3, 2, 1),
+                                   lambda: CANNAdaptiveAvgPool2d(2),
+                                   lambda: CANNUpsample(scale_factor=2, mode='bilinear')])
+def test_a_cached_call_runs_few_python_functions(build):
+    """The per-call overhead, counted instead of timed: a cached module call with scalar
+    settings runs its forward, the cache lookup and the policy lookup of this package,
+    then the ATen function (pooling) or ``F.interpolate`` (upsampling) with no wrapper of
+    its own. (Sequence settings add the keying of :func:`direct.call_key`.)"""
+    m, x = build(), make_input((1, 8, 4, 4))
+    expected = m(x)
+    calls = _python_calls(lambda: m(x))
+    ours = [name for path, name in calls if 'mmseg_cann' in path]
+    assert ours == ['forward', 'run_cached', 'eager_precision_policy'], calls
+    functional = [name for path, name in calls if path.endswith('nn/functional.py')]
+    assert functional == (['interpolate'] if isinstance(m, CANNUpsample) else [])
+    assert _same(m(x), expected)
 
 
 # ----------------------------------------------------------------------------------

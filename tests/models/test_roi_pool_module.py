@@ -74,9 +74,112 @@ def test_repr_copies_and_no_state():
     assert torch.equal(module(X, boxes), roi_pool2d(X, boxes, (7, 5), 'max', 1 / 16))
 
 
-def test_jit_script_is_refused_with_a_message():
-    with pytest.raises(RuntimeError, match='torch.jit.script'):
+def test_jit_script_is_refused_with_a_message_naming_what_works():
+    with pytest.raises(RuntimeError, match='torch.jit.script') as error:
         torch.jit.script(CANNRoIPool2d(2))
+    message = str(error.value)
+    # each path named here is tested below, with other boxes than the ones traced
+    for path in ('torch.jit.trace', 'torch.export.export', 'torch.compile',
+                 'fullgraph=True', 'torch.fx.symbolic_trace'):
+        assert path in message
+
+
+class _Head(torch.nn.Module):
+    """Features (a convolution: its output needs a gradient) -> ROI pooling -> scores."""
+
+    def __init__(self, mode, return_indices=False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(4, 3, 3, padding=1)
+        self.pool = CANNRoIPool2d((3, 2), 0.5, mode, return_indices)
+
+    def forward(self, x, rois):
+        pooled = self.pool(self.conv(x), rois)
+        if self.pool.return_indices:  # a setting, not the result's type: FX traces this
+            return pooled[0].flatten(1).sum(1), pooled[1]
+        return pooled.flatten(1).sum(1)
+
+
+def _boxes(k, seed):
+    """``k`` boxes (image coordinates, scale 0.5): some partly outside, some reversed."""
+    g = torch.Generator().manual_seed(seed)
+    xy = torch.rand(k, 4, generator=g) * 30 - 3
+    return torch.cat([torch.randint(0, 2, (k, 1), generator=g).float(), xy], 1)
+
+
+def _graphs(head):
+    """``name -> graph`` of ``head`` made with ROIS-like boxes (3 of them)."""
+    boxes = _boxes(3, 0)
+    with torch.no_grad():
+        traced = torch.jit.trace(head, (X, boxes))
+    exported = torch.export.export(head, (X, boxes),
+                                   dynamic_shapes=({}, {0: torch.export.Dim('k')}))
+    torch._dynamo.reset()
+    compiled = torch.compile(head, fullgraph=True, backend='eager')
+    return {'torch.jit.trace': traced, 'torch.export.export': exported.module(),
+            'torch.compile(fullgraph=True)': compiled,
+            'torch.fx.symbolic_trace': torch.fx.symbolic_trace(head)}
+
+
+def _same(a, b):
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return a.dtype == b.dtype and torch.equal(a, b)
+
+
+@pytest.mark.parametrize('mode, return_indices', [('max', False), ('avg', False),
+                                                  ('max', True)])
+def test_graphs_read_the_boxes_when_they_run(mode, return_indices):
+    """Every graph the jit.script message names gives the eager values for other boxes
+    (and another number of them) than those it was made with."""
+    head = _Head(mode, return_indices)
+    for name, graph in _graphs(head).items():
+        for k, seed in ((3, 0), (5, 1), (1, 2)):
+            boxes = _boxes(k, seed)
+            with torch.no_grad():
+                assert _same(graph(X, boxes), head(X, boxes)), (name, k)
+
+
+@pytest.mark.parametrize('name', ['torch.jit.trace', 'torch.export.export', 'torch.compile'])
+def test_graphs_hold_one_call_of_the_registered_op(name):
+    head, boxes = _Head('avg'), _boxes(3, 0)
+    if name == 'torch.jit.trace':
+        with torch.no_grad():
+            traced = torch.jit.trace(head, (X, boxes))
+        kinds = [n.kind() for n in traced.inlined_graph.nodes()]
+        assert kinds.count('mmseg_cann::roi_pool2d') == 1
+    elif name == 'torch.export.export':
+        graph = torch.export.export(head, (X, boxes)).graph
+        targets = [n.target for n in graph.nodes if n.op == 'call_function']
+        assert targets.count(torch.ops.mmseg_cann.roi_pool2d.default) == 1
+    else:
+        torch._dynamo.reset()
+        with torch.no_grad():
+            explanation = torch._dynamo.explain(head)(X, boxes)
+        assert explanation.graph_count == 1 and explanation.graph_break_count == 0
+
+
+@pytest.mark.parametrize('mode', ['max', 'avg'])
+def test_training_under_torch_compile_runs_the_op_eagerly(mode):
+    """An input that needs a gradient: the op runs between graphs, the gradients are the
+    eager ones; fullgraph=True refuses (dynamo's Unsupported) rather than drop them."""
+    head, boxes = _Head(mode), _boxes(6, 3)
+    head(X, boxes).sum().backward()
+    expected = [p.grad.clone() for p in head.parameters()]
+    head.zero_grad()
+    torch._dynamo.reset()
+    torch.compile(head, backend='eager')(X, boxes).sum().backward()
+    assert all(torch.equal(p.grad, e) for p, e in zip(head.parameters(), expected))
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match='disable'):
+        torch.compile(head, fullgraph=True, backend='eager')(X, boxes)
+
+
+def test_backward_through_an_inference_graph_raises_a_message():
+    head, boxes = _Head('max'), _boxes(3, 0)
+    traced = torch.jit.trace(head, (X, boxes))
+    with pytest.raises(RuntimeError, match='gradient of ROI pooling recorded'):
+        traced(X, boxes).sum().backward()
 
 
 def test_mmcv_roi_ops_on_cpu():
