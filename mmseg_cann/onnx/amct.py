@@ -83,13 +83,11 @@ def skip_layers(model, float_rows: Sequence[Dict[str, str]],
     return [n for n in amct_quantizable(model, fp16) if n in wanted]
 
 
-def emulate(model, calibration: Sequence[np.ndarray], layers: Sequence[str],
-            check: Optional[Sequence[np.ndarray]] = None) -> Dict[str, float]:
-    """Fake-quantize ``layers`` of ``model`` as AMCT does (inputs of those layers only:
-    int8 activations with an offset, symmetric per-channel int8 weights), calibrated on
-    ``calibration``; returns ``{layers, label_agreement, max_abs}`` of the emulated graph
-    against the float graph on ``check`` (default: the calibration inputs). Label
-    agreement in percent of pixels (argmax over channels)."""
+def emulated_model(model, calibration: Sequence[np.ndarray], layers: Sequence[str]):
+    """``model`` with ``layers`` fake-quantized as AMCT does -- the inputs of those layers
+    only (int8 activations with an offset, symmetric per-channel int8 weights, int32
+    biases), no requantization of their outputs -- calibrated (min/max) on
+    ``calibration``: a QDQ ``onnx.ModelProto`` that onnxruntime runs."""
     import tempfile
 
     import onnx
@@ -97,11 +95,9 @@ def emulate(model, calibration: Sequence[np.ndarray], layers: Sequence[str],
                                           quantize_static)
 
     from .quantize import graph_inputs
-    from .runtime import run_onnx
     name = graph_inputs(model)[0]
-    check = list(calibration if check is None else check)
     if not layers:
-        return dict(layers=0, label_agreement=100.0, max_abs=0.0)
+        return model
 
     class _Reader(CalibrationDataReader):
         def __init__(self):
@@ -118,13 +114,22 @@ def emulate(model, calibration: Sequence[np.ndarray], layers: Sequence[str],
                         per_channel=True, activation_type=QuantType.QInt8,
                         weight_type=QuantType.QInt8, nodes_to_quantize=list(layers),
                         extra_options={'ActivationSymmetric': False, 'WeightSymmetric': True,
+                                       'ForceQuantizeNoInputCheck': True,
                                        'OpTypesToExcludeOutputQuantization': op_types})
-        emulated = onnx.load(target)
+        return onnx.load(target)
+
+
+def emulate(model, calibration: Sequence[np.ndarray], layers: Sequence[str],
+            check: Optional[Sequence[np.ndarray]] = None) -> Dict[str, float]:
+    """:func:`emulated_model` against ``model`` on ``check`` (default: the calibration
+    inputs): ``{layers, label_agreement, max_abs}``, the agreement of the channel argmax
+    in percent of pixels."""
+    from .runtime import run_onnx
+    emulated = emulated_model(model, calibration, layers)
     same = total = 0
     max_abs = 0.0
-    for x in check:
-        (a,) = run_onnx(model, [x])[:1]
-        (b,) = run_onnx(emulated, [x])[:1]
+    for x in list(calibration if check is None else check):
+        a, b = run_onnx(model, [x])[0], run_onnx(emulated, [x])[0]
         same += int((a.argmax(1) == b.argmax(1)).sum())
         total += a.shape[0] * a.shape[2] * a.shape[3]
         max_abs = max(max_abs, float(np.abs(a - b).max()))
