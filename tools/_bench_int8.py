@@ -43,23 +43,18 @@ def _session(proto):
 def _naive(proto, inputs, rows):
     """onnxruntime's quantize_static with the rule's nodes in ``nodes_to_exclude``."""
     import onnx
-    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                          quantize_static)
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    from mmseg_cann.onnx.quantize import calibration_reader
     name = proto.graph.input[0].name
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.items = iter([{name: x} for x in inputs])
-
-        def get_next(self):
-            return next(self.items, None)
 
     with tempfile.TemporaryDirectory() as tmp:
         onnx.save(proto, os.path.join(tmp, 'a.onnx'))
         quant_pre_process(os.path.join(tmp, 'a.onnx'), os.path.join(tmp, 'b.onnx'),
                           skip_symbolic_shape=True)
-        quantize_static(os.path.join(tmp, 'b.onnx'), os.path.join(tmp, 'c.onnx'), Reader(),
+        quantize_static(os.path.join(tmp, 'b.onnx'), os.path.join(tmp, 'c.onnx'),
+                        calibration_reader([{name: x} for x in inputs]),
                         quant_format=QuantFormat.QDQ, per_channel=True,
                         activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                         nodes_to_exclude=[r['node'] for r in rows])

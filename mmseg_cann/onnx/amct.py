@@ -91,26 +91,19 @@ def emulated_model(model, calibration: Sequence[np.ndarray], layers: Sequence[st
     import tempfile
 
     import onnx
-    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                          quantize_static)
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-    from .quantize import graph_inputs
+    from .quantize import calibration_reader, graph_inputs
     name = graph_inputs(model)[0]
     if not layers:
         return model
-
-    class _Reader(CalibrationDataReader):
-        def __init__(self):
-            self._items = iter([{name: x} for x in calibration])
-
-        def get_next(self):
-            return next(self._items, None)
 
     op_types = sorted({n.op_type for n in model.graph.node})
     with tempfile.TemporaryDirectory() as tmp:
         source, target = os.path.join(tmp, 'fp32.onnx'), os.path.join(tmp, 'amct.onnx')
         onnx.save(model, source)
-        quantize_static(source, target, _Reader(), quant_format=QuantFormat.QDQ,
+        quantize_static(source, target, calibration_reader([{name: x} for x in calibration]),
+                        quant_format=QuantFormat.QDQ,
                         per_channel=True, activation_type=QuantType.QInt8,
                         weight_type=QuantType.QInt8, nodes_to_quantize=list(layers),
                         extra_options={'ActivationSymmetric': False, 'WeightSymmetric': True,

@@ -17,7 +17,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 
 from .calibration import dataset_batches
-from .quantize import graph_inputs
+from .quantize import calibration_reader, graph_inputs
 
 #: the result names of :func:`evaluate_quantized`
 VARIANTS = ('fp32', 'onnx_fp32', 'int8')
@@ -115,18 +115,10 @@ def lossy_nodes(prepared_fp32, proto_int8, inputs: Sequence[np.ndarray],
     to there) and the node that writes them. onnxruntime's ``qdq_loss_debug`` on the
     float graph the quantizer saw (``prepared_fp32``) and the int8 graph."""
     import onnx
-    from onnxruntime.quantization import CalibrationDataReader
     from onnxruntime.quantization.qdq_loss_debug import (
         collect_activations, compute_activation_error, create_activation_matching,
         modify_model_output_intermediate_tensors)
     name = graph_inputs(prepared_fp32)[0]
-
-    class _Reader(CalibrationDataReader):
-        def __init__(self):
-            self._items = iter([{name: x} for x in inputs])
-
-        def get_next(self):
-            return next(self._items, None)
 
     with tempfile.TemporaryDirectory() as tmp:
         acts = {}
@@ -134,7 +126,8 @@ def lossy_nodes(prepared_fp32, proto_int8, inputs: Sequence[np.ndarray],
             path = os.path.join(tmp, f'{label}.onnx')
             onnx.save(proto, path)
             modify_model_output_intermediate_tensors(path, path + '.aug.onnx')
-            acts[label] = collect_activations(path + '.aug.onnx', _Reader())
+            acts[label] = collect_activations(path + '.aug.onnx', calibration_reader(
+                [{name: x} for x in inputs]))
     errors = compute_activation_error(create_activation_matching(acts['qdq'], acts['float']))
     producers = {o: n for n in prepared_fp32.graph.node for o in n.output}
     rows = []

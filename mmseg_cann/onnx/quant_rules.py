@@ -161,6 +161,17 @@ def check_node_names(model, names: Sequence[str], what: str = 'exclude') -> None
                          'names of the exported model_fp32.onnx)')
 
 
+def graph_maps(model):
+    """``(producers, consumers)``: tensor name -> the node writing it, and -> the list of
+    nodes reading it."""
+    producers = {o: n for n in model.graph.node for o in n.output}
+    consumers: Dict[str, list] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    return producers, consumers
+
+
 def max_padding_nodes(model) -> List[str]:
     """Names of the constant ``Pad`` nodes whose value is the lowest float32 or below
     (``-inf``): the padding of a max over windows."""
@@ -181,11 +192,7 @@ def scale_changes(model_int8) -> List[str]:
     """The ``Gather``/``MaxPool``/``Resize`` nodes of a QDQ graph whose output is
     quantized with another scale or zero point than their input (should be none)."""
     consts = constant_values(model_int8)
-    producers = {o: n for n in model_int8.graph.node for o in n.output}
-    consumers: Dict[str, list] = {}
-    for n in model_int8.graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    producers, consumers = graph_maps(model_int8)
     changed = []
     for node in model_int8.graph.node:
         if node.op_type not in SCALE_KEEPING_OPS:

@@ -27,7 +27,7 @@ import numpy as np
 
 from .atc import name_nodes
 from .quant_rules import (REASON_USER, FloatRule, check_node_names, float_nodes,
-                          max_padding_nodes, scale_changes)
+                          graph_maps, max_padding_nodes, scale_changes)
 
 #: calibration methods: CLI name -> onnxruntime CalibrationMethod member
 METHODS = {'minmax': 'MinMax', 'percentile': 'Percentile', 'entropy': 'Entropy'}
@@ -88,6 +88,19 @@ def _feeds(batches, input_names: Sequence[str]) -> List[Dict[str, np.ndarray]]:
     return feeds
 
 
+def calibration_reader(feeds: Iterable[Dict[str, np.ndarray]]):
+    """An onnxruntime ``CalibrationDataReader`` over ``feeds`` ({input name: array})."""
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class _Reader(CalibrationDataReader):
+        def __init__(self):
+            self._items = iter(list(feeds))
+
+        def get_next(self):
+            return next(self._items, None)
+    return _Reader()
+
+
 def graph_inputs(model) -> List[str]:
     """Names of the graph's inputs that are not initializers."""
     initializers = {t.name for t in model.graph.initializer}
@@ -122,8 +135,8 @@ def quantize_model(model_fp32, calibration, path: Optional[Union[str, os.PathLik
         TypeError, ValueError: bad arguments (before any work).
     """
     import onnx
-    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod,
-                                          QuantFormat, QuantType, quantize_static)
+    from onnxruntime.quantization import (CalibrationMethod, QuantFormat, QuantType,
+                                          quantize_static)
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     batches = _check_arguments(calibration, method, exclude)
@@ -136,13 +149,6 @@ def quantize_model(model_fp32, calibration, path: Optional[Union[str, os.PathLik
     name_nodes(model)
     check_node_names(model, exclude)  # before any work
     feeds = _feeds(batches, graph_inputs(model))
-
-    class _Reader(CalibrationDataReader):
-        def __init__(self):
-            self._items = iter(feeds)
-
-        def get_next(self):
-            return next(self._items, None)
 
     with tempfile.TemporaryDirectory() as tmp:
         source = os.path.join(tmp, 'model.onnx')
@@ -167,7 +173,7 @@ def quantize_model(model_fp32, calibration, path: Optional[Union[str, os.PathLik
         onnx.save(prepared_model, source)
         target = os.path.join(tmp, 'int8.onnx')
         quantize_static(
-            source, target, _Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+            source, target, calibration_reader(feeds), quant_format=QuantFormat.QDQ, per_channel=True,
             activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
             nodes_to_exclude=skip,
             calibrate_method=getattr(CalibrationMethod, METHODS[method]),
@@ -261,11 +267,7 @@ def quantized_op_counts(model_int8) -> Dict[str, int]:
     data inputs (weights and biases included; not indices, sizes or pads) come from
     ``DequantizeLinear`` and their output goes to ``QuantizeLinear``. A node whose
     float constant was kept (:mod:`.quant_rules`) is not counted."""
-    producers = {o: n for n in model_int8.graph.node for o in n.output}
-    consumers: Dict[str, list] = {}
-    for n in model_int8.graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    producers, consumers = graph_maps(model_int8)
     counts: Counter = Counter()
     for node in model_int8.graph.node:
         if node.op_type in ('QuantizeLinear', 'DequantizeLinear'):

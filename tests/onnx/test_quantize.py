@@ -163,24 +163,21 @@ def test_naive_exclusion_drops_out_of_int8(model):
     """What onnxruntime's nodes_to_exclude does: the Gathers after the divisor Mul and
     the data movement after the matrices fall back to float. quantize_model keeps them
     int8 (the test above)."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
     import os
     import tempfile
+
+    from onnxruntime.quantization import QuantFormat, quantize_static
+
+    from mmseg_cann.onnx.quantize import calibration_reader
     proto = export_onnx(model, torch.randn(1, 3, 32, 32), target='atc')
     name_nodes(proto)
     rows = float_nodes(proto)
     calib = _calibration()
 
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.items = iter([{'input': x} for x in calib])
-
-        def get_next(self):
-            return next(self.items, None)
-
     with tempfile.TemporaryDirectory() as tmp:
         onnx.save(proto, os.path.join(tmp, 'a.onnx'))
-        quantize_static(os.path.join(tmp, 'a.onnx'), os.path.join(tmp, 'b.onnx'), Reader(),
+        quantize_static(os.path.join(tmp, 'a.onnx'), os.path.join(tmp, 'b.onnx'),
+                        calibration_reader([{'input': x} for x in calib]),
                         quant_format=QuantFormat.QDQ, per_channel=True,
                         nodes_to_exclude=[r['node'] for r in rows])
         naive = quantized_op_counts(onnx.load(os.path.join(tmp, 'b.onnx')))
