@@ -5,7 +5,8 @@ the AMCT hand-off for Ascend).
     python tools/quantize.py CONFIG [CHECKPOINT] --out-dir DIR [--shape H W]
         [--target onnx|atc] [--atc SOC] [--dynamic] [--calib-num N]
         [--calib-split train|val|test] [--calib-random]
-        [--method minmax|percentile|entropy] [--exclude NODE ...]
+        [--method minmax|percentile|entropy] [--activation-type int8|uint8]
+        [--exclude NODE ...]
         [--quantize-resize-matrices] [--eval [--eval-num N]] [--cfg-options k=v ...]
 
 1. exports the model as ``tools/export_onnx.py`` does (same model, same graph for the
@@ -73,6 +74,9 @@ def parse_args(argv=None):
                         help='seeded standard-normal calibration inputs (no dataset)')
     parser.add_argument('--method', choices=['minmax', 'percentile', 'entropy'],
                         default='minmax', help='activation range calibration')
+    parser.add_argument('--activation-type', choices=['int8', 'uint8'], default='int8',
+                        help="activations' 8-bit type (uint8: onnxruntime's advice for x86 "
+                             'CPUs without VNNI)')
     parser.add_argument('--exclude', nargs='+', default=[], metavar='NODE',
                         help='node names of model_fp32.onnx to keep in float')
     parser.add_argument('--quantize-resize-matrices', action='store_true',
@@ -206,11 +210,13 @@ def main(argv=None) -> int:
         inputs, split = calibration_inputs(args, cfg, model, shape)
         result = quantize_model(proto, inputs, osp.join(staging, 'model_int8.onnx'),
                                 method=args.method, exclude=args.exclude,
+                                activation_type=args.activation_type,
                                 quantize_resize_matrices=args.quantize_resize_matrices)
         report = dict(
             config=args.config, checkpoint=args.checkpoint, target=args.target,
             shape=list(shape),
-            calibration=dict(images=len(inputs), method=args.method, split=split),
+            calibration=dict(images=len(inputs), method=args.method, split=split,
+                             activation_type=args.activation_type),
             quantized=result.quantized, excluded=result.float_nodes,
             quantize_resize_matrices=args.quantize_resize_matrices,
             sizes_bytes={name: os.path.getsize(osp.join(staging, f'model_{name}.onnx'))

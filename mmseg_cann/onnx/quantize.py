@@ -31,6 +31,8 @@ from .quant_rules import (REASON_USER, FloatRule, check_node_names, float_nodes,
 
 #: calibration methods: CLI name -> onnxruntime CalibrationMethod member
 METHODS = {'minmax': 'MinMax', 'percentile': 'Percentile', 'entropy': 'Entropy'}
+#: activation types: name -> onnxruntime QuantType member (weights are always int8)
+ACTIVATION_TYPES = {'int8': 'QInt8', 'uint8': 'QUInt8'}
 #: node types whose inputs from this index on are parameters (indices, sizes, pads...)
 _PARAMETER_INPUTS = {'Resize': 1, 'Gather': 1, 'Pad': 1, 'Slice': 1, 'Reshape': 1,
                      'Split': 1, 'Squeeze': 1, 'Unsqueeze': 1, 'TopK': 1}
@@ -44,7 +46,7 @@ class QuantizationResult:
         model: the int8 QDQ ``onnx.ModelProto``.
         float_nodes: ``[{node, op_type, reason}]`` kept in float (:mod:`.quant_rules`).
         quantized: node count per op type that runs on int8 inputs and outputs.
-        calibration: ``{images, method}``.
+        calibration: ``{images, method, activation_type}``.
         prepared: the float graph the quantizer saw (after ``quant_pre_process``; its
             tensor names are the int8 graph's, for :func:`.quant_eval.lossy_nodes`).
     """
@@ -56,9 +58,13 @@ class QuantizationResult:
     prepared: object = None
 
 
-def _check_arguments(calibration, method, exclude) -> List[Dict[str, np.ndarray]]:
+def _check_arguments(calibration, method, exclude,
+                     activation_type) -> List[Dict[str, np.ndarray]]:
     if method not in METHODS:
         raise ValueError(f'method must be one of {sorted(METHODS)}, got {method!r}')
+    if activation_type not in ACTIVATION_TYPES:
+        raise ValueError(f'activation_type must be one of {sorted(ACTIVATION_TYPES)}, got '
+                         f'{activation_type!r}')
     if isinstance(exclude, str) or not all(isinstance(n, str) for n in exclude):
         raise TypeError(f'exclude must be a sequence of node names (str), got {exclude!r}')
     if isinstance(calibration, (np.ndarray, str)) or not isinstance(calibration, Iterable):
@@ -109,7 +115,7 @@ def graph_inputs(model) -> List[str]:
 
 def quantize_model(model_fp32, calibration, path: Optional[Union[str, os.PathLike]] = None,
                    *, method: str = 'minmax', exclude: Sequence[str] = (),
-                   quantize_resize_matrices: bool = False,
+                   quantize_resize_matrices: bool = False, activation_type: str = 'int8',
                    preprocess: bool = True) -> QuantizationResult:
     """Quantize an exported float graph to int8 (QDQ) with onnxruntime.
 
@@ -126,6 +132,9 @@ def quantize_model(model_fp32, calibration, path: Optional[Union[str, os.PathLik
         exclude: names of more nodes kept in float.
         quantize_resize_matrices: quantize the interpolation / bin-averaging matrices
             too (onnxruntime's default behaviour; see :mod:`.quant_rules`).
+        activation_type: ``'int8'`` (as AMCT) or ``'uint8'`` (what onnxruntime's
+            documentation advises for x86 CPUs: its u8s8 kernels need no VNNI), both
+            per tensor with a zero point.
         preprocess: run onnxruntime's ``quant_pre_process`` first.
 
     Returns:
@@ -139,7 +148,7 @@ def quantize_model(model_fp32, calibration, path: Optional[Union[str, os.PathLik
                                           quantize_static)
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    batches = _check_arguments(calibration, method, exclude)
+    batches = _check_arguments(calibration, method, exclude, activation_type)
     if isinstance(model_fp32, (str, os.PathLike)):
         model_fp32 = onnx.load(os.fspath(model_fp32))
     elif not isinstance(model_fp32, onnx.ModelProto):
@@ -174,8 +183,8 @@ def quantize_model(model_fp32, calibration, path: Optional[Union[str, os.PathLik
         target = os.path.join(tmp, 'int8.onnx')
         quantize_static(
             source, target, calibration_reader(feeds), quant_format=QuantFormat.QDQ, per_channel=True,
-            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-            nodes_to_exclude=skip,
+            activation_type=getattr(QuantType, ACTIVATION_TYPES[activation_type]),
+            weight_type=QuantType.QInt8, nodes_to_exclude=skip,
             calibrate_method=getattr(CalibrationMethod, METHODS[method]),
             extra_options={'WeightSymmetric': True, 'ActivationSymmetric': False})
         quantized = onnx.load(target)
@@ -190,7 +199,8 @@ def quantize_model(model_fp32, calibration, path: Optional[Union[str, os.PathLik
     return QuantizationResult(
         quantized, list(kept) + [dict(node=n, op_type='?', reason=REASON_USER)
                                         for n in exclude if n not in present],
-        quantized_op_counts(quantized), dict(images=len(feeds), method=method),
+        quantized_op_counts(quantized),
+        dict(images=len(feeds), method=method, activation_type=activation_type),
         prepared_model)
 
 

@@ -228,6 +228,7 @@ def test_user_exclude(exported):
 
 @pytest.mark.parametrize('kwargs, error, words', [
     (dict(method='max'), ValueError, ['method', 'minmax']),
+    (dict(activation_type='int4'), ValueError, ['activation_type', 'uint8']),
     (dict(exclude='node'), TypeError, ['exclude', 'sequence']),
     (dict(exclude=['no_such_node']), ValueError, ['exclude', 'no_such_node']),
     (dict(calibration=[]), ValueError, ['calibration', 'at least one']),
@@ -242,6 +243,22 @@ def test_bad_arguments(exported, kwargs, error, words):
     with pytest.raises(error) as info:
         quantize_model(call.pop('model_fp32'), call.pop('calibration'), **call)
     assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def test_uint8_activations(exported):
+    target, proto = exported
+    result = quantize_model(proto, _calibration(), activation_type='uint8')
+    q = result.model
+    consts = constant_values(q)
+    points = [consts[n.input[2]] for n in q.graph.node if n.op_type == 'QuantizeLinear']
+    assert points and all(p.dtype == np.uint8 for p in points)
+    assert scale_changes(q) == [] and result.quantized['Conv'] == 2
+    assert result.calibration['activation_type'] == 'uint8'
+    x = _calibration(1)[0]
+    with torch.no_grad():
+        expected = _model(target)(torch.from_numpy(x)).numpy()
+    got = run_onnx(q, [x])[0]
+    assert np.abs(got - expected).max() < 0.1 * np.abs(expected).max()
 
 
 def test_written_file(tmp_path, exported):

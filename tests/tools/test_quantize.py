@@ -46,7 +46,8 @@ def test_demo_end_to_end(tmp_path, checkpoint, drive):
     report = json.loads((out / 'quant_report.json').read_text())
     # the demo's test pipeline resizes to 96x96: the default --shape
     assert report['shape'] == [96, 96]
-    assert report['calibration'] == dict(images=4, method='minmax', split='train')
+    assert report['calibration'] == dict(images=4, method='minmax', split='train',
+                                         activation_type='int8')
     assert report['quantized']['Conv'] > 10
     assert report['sizes_bytes']['int8'] < 0.5 * report['sizes_bytes']['fp32']
     ev = report['eval']
