@@ -7,7 +7,8 @@ times, in alternation in one process (``interleave``): the fp32 graph (the basel
 column), ``mmseg_cann.onnx.quantize_model`` (interpolation / bin matrices float, the
 default), the same with the matrices quantized (onnxruntime's defaults) and onnxruntime's
 ``nodes_to_exclude`` of the float-rule nodes (the naive way: the graph drops out of int8
-around them). The ``eager`` column is the fp32 graph; the model sizes go to stderr.
+around them) and ``quantize_model`` with uint8 activations (onnxruntime's u8s8 kernels,
+which need no VNNI). The ``eager`` column is the fp32 graph; the model sizes go to stderr.
 """
 from __future__ import annotations
 
@@ -79,7 +80,9 @@ def _case(Case, name, config, hw):
         graphs = {'fp32': proto, 'int8': ours.model,
                   'int8, matrices quantized': quantize_model(
                       proto, inputs, quantize_resize_matrices=True).model,
-                  'int8, naive nodes_to_exclude': _naive(proto, inputs, ours.float_nodes)}
+                  'int8, naive nodes_to_exclude': _naive(proto, inputs, ours.float_nodes),
+                  'int8, uint8 activations': quantize_model(
+                      proto, inputs, activation_type='uint8').model}
         state['sessions'] = {k: _session(g) for k, g in graphs.items()}
         print(f'{name} model sizes: ' + ', '.join(
             f'{k} {g.ByteSize() / 1e6:.2f} MB' for k, g in graphs.items()),
@@ -94,7 +97,8 @@ def _case(Case, name, config, hw):
 
     case = Case(name, make, runner('fp32'),
                 {f'onnxruntime {k}': runner(k) for k in
-                 ('int8', 'int8, matrices quantized', 'int8, naive nodes_to_exclude')},
+                 ('int8', 'int8, matrices quantized', 'int8, naive nodes_to_exclude',
+                  'int8, uint8 activations')},
                 compile=False, interleave=True)
     return case
 
