@@ -23,7 +23,8 @@ Fast-SCNN (a 19-class Cityscapes model) on one 1024x2048 image in ``whole`` mode
 UNet-S5-D16 (16 base channels) on one HRF-size 2336x3504 image in ``slide`` mode (one
 timed call each). ``train_step_demo_unet`` times the demo's
 training iteration (``make demo``'s model, batch 4 of 64x64) unconverted and converted
-with ``backend='auto'`` and ``'fast'``.
+with ``backend='auto'`` and ``'fast'``. The ``int8_ort_*`` cases time int8 against fp32
+graphs in onnxruntime (tools/_bench_int8.py; the ``eager`` column is the fp32 graph).
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
+from _bench_int8 import cases as int8_cases
 from _bench_resize_conv import cases as resize_conv_cases
 from _bench_roi import cases as roi_cases
 from _common import (add_debug, build_segmentor, check_output, random_seg_samples, run,
@@ -419,6 +421,7 @@ CASES = {c.name: c for c in [
 ]}
 CASES.update({c.name: c for c in resize_conv_cases(Case)})
 CASES.update({c.name: c for c in roi_cases(Case)})
+CASES.update({c.name: c for c in int8_cases(Case)})
 SMOKE = {c.name: c for c in [
     _upsample_case('smoke_bilinear2x', (1, 8, 16, 16), (32, 32), 'bilinear'),
     _add_case('smoke_upsample_add', (1, 8, 8, 8), (16, 16)),

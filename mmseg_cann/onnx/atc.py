@@ -344,7 +344,7 @@ def ai_cpu_nodes(model) -> List[str]:
     return lines
 
 
-def _is_averaging_matrix(value: np.ndarray) -> bool:
+def is_averaging_matrix(value: np.ndarray) -> bool:
     """A 2-D constant whose rows (or columns) each average a set of inputs: non-negative,
     equal non-zero entries summing to 1 (adaptive bins, area resizing, 2x means)."""
     if value.ndim != 2 or value.size == 0 or (value < 0).any():
@@ -373,13 +373,20 @@ def keep_dtype_nodes(model) -> List[str]:
         if node.op_type in AVERAGING_OPS:
             names.append(node.name)
         elif node.op_type == 'MatMul' and any(
-                i in consts and _is_averaging_matrix(consts[i]) for i in node.input):
+                i in consts and is_averaging_matrix(consts[i]) for i in node.input):
             names.append(node.name)
-        elif node.op_type == 'Mul' and any(
-                producers.get(i) is not None and producers[i].op_type == 'AveragePool'
-                for i in node.input):
+        elif is_divisor_correction(node, producers):
             names.append(node.name)
     return names
+
+
+def is_divisor_correction(node, producers) -> bool:
+    """Whether ``node`` is the ``Mul`` that corrects an ``AveragePool``'s divisor (the
+    portable and atc forms of exclusive borders, ceil windows and ``divisor_override``).
+    ``producers``: tensor name -> the node that writes it."""
+    return node.op_type == 'Mul' and any(
+        producers.get(i) is not None and producers[i].op_type == 'AveragePool'
+        for i in node.input)
 
 
 def name_nodes(model) -> None:

@@ -1,0 +1,142 @@
+"""Accuracy of a quantized graph, with mmseg's own metric: PyTorch fp32, the ONNX fp32
+graph and the ONNX int8 graph on a config's validation images, and the activations that
+lose most to quantization (onnxruntime's QDQ loss-debugging module).
+
+All three produce logits at the graph's input size (the exported whole-image function);
+each goes back to the original image size through the segmentor's own
+``postprocess_result`` and into its own ``IoUMetric`` (the config's ``val_evaluator``
+settings), as ``tools/test.py`` scores a model in ``whole`` mode.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import tempfile
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+from .calibration import dataset_batches
+from .quantize import calibration_reader, graph_inputs
+
+#: the result names of :func:`evaluate_quantized`
+VARIANTS = ('fp32', 'onnx_fp32', 'int8')
+#: activations onnxruntime folds into the quantization of their input (the zero point
+#: clips): in the int8 graph their tensor holds the unclipped value, so their own
+#: "quantization step" would compare the input with the clipped output
+_FOLDED = ('Relu', 'Clip')
+
+
+def session(model_proto, threads: int = 0):
+    """An onnxruntime CPU session with the default graph optimisations (as deployed);
+    ``threads`` 0: onnxruntime's default."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    return ort.InferenceSession(model_proto.SerializeToString(), options,
+                                providers=['CPUExecutionProvider'])
+
+
+def _metric(cfg, dataset_meta):
+    from mmseg.evaluation import IoUMetric
+    settings = dict(cfg.get('val_evaluator') or {})
+    metric = IoUMetric(iou_metrics=list(settings.get('iou_metrics', ['mIoU'])),
+                       ignore_index=settings.get('ignore_index', 255))
+    metric.dataset_meta = dataset_meta
+    return metric
+
+
+def _labels(samples) -> List[np.ndarray]:
+    return [s.pred_sem_seg.data[0].cpu().numpy() for s in samples]
+
+
+def evaluate_quantized(cfg, model, dataset, proto_fp32, proto_int8, count: int,
+                       shape) -> Dict[str, object]:
+    """Score PyTorch fp32, ONNX fp32 and ONNX int8 on ``count`` images of ``dataset``.
+
+    Args:
+        cfg: the config (its ``val_evaluator``: ``iou_metrics``, ``ignore_index``).
+        model: the exported module (``(N, 3, H, W)`` -> logits at the input size) with
+            the segmentor as ``model.segmentor`` (its data preprocessor and
+            ``postprocess_result``).
+        dataset: :func:`.calibration.build_dataset` of the validation split.
+        proto_fp32, proto_int8: the float and quantized graphs.
+        count: images to score (spread over the dataset).
+        shape: ``(H, W)`` of the graph input.
+
+    Returns:
+        ``{images, fp32, onnx_fp32, int8: {metric: value}, label_agreement (int8 vs
+        PyTorch fp32), onnx_fp32_label_agreement}`` (metrics and agreements in percent).
+    """
+    import torch
+    from mmengine.logging import MMLogger
+    segmentor = model.segmentor
+    metrics = {v: _metric(cfg, dataset.metainfo) for v in VARIANTS}
+    sessions = {'onnx_fp32': session(proto_fp32), 'int8': session(proto_int8)}
+    name = graph_inputs(proto_fp32)[0]
+    same = {'int8': [0, 0], 'onnx_fp32': [0, 0]}
+    images = 0
+    for inputs, samples in dataset_batches(dataset, count, shape,
+                                           segmentor.data_preprocessor):
+        images += 1
+        with torch.no_grad():
+            logits = {'fp32': model(torch.from_numpy(inputs))}
+        for variant, sess in sessions.items():
+            logits[variant] = torch.from_numpy(sess.run(None, {name: inputs})[0])
+        labels = {}
+        for variant in VARIANTS:
+            results = segmentor.postprocess_result(logits[variant], copy.deepcopy(samples))
+            metrics[variant].process({}, [r.to_dict() for r in results])
+            labels[variant] = _labels(results)
+        for variant in same:
+            for a, b in zip(labels[variant], labels['fp32']):
+                same[variant][0] += int((a == b).sum())
+                same[variant][1] += a.size
+    logger = MMLogger.get_current_instance()
+    level = logger.level
+    logger.setLevel('WARNING')  # IoUMetric prints its per-class table at INFO
+    try:
+        scores = {v: {k: float(x) for k, x in metrics[v].evaluate(images).items()}
+                  for v in VARIANTS}
+    finally:
+        logger.setLevel(level)
+    return dict(images=images, **scores,
+                label_agreement=100.0 * same['int8'][0] / max(same['int8'][1], 1),
+                onnx_fp32_label_agreement=100.0 * same['onnx_fp32'][0] /
+                max(same['onnx_fp32'][1], 1))
+
+
+def lossy_nodes(prepared_fp32, proto_int8, inputs: Sequence[np.ndarray],
+                top: int = 5) -> List[Dict[str, object]]:
+    """The ``top`` activations with the lowest signal-to-quantization-noise ratio (dB)
+    of their own quantize/dequantize step (``qdq_sqnr``), with the SQNR of the int8
+    graph's value against the float graph's (``xmodel_sqnr``, the error accumulated up
+    to there) and the node that writes them. onnxruntime's ``qdq_loss_debug`` on the
+    float graph the quantizer saw (``prepared_fp32``) and the int8 graph."""
+    import onnx
+    from onnxruntime.quantization.qdq_loss_debug import (
+        collect_activations, compute_activation_error, create_activation_matching,
+        modify_model_output_intermediate_tensors)
+    name = graph_inputs(prepared_fp32)[0]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        acts = {}
+        for label, proto in (('float', prepared_fp32), ('qdq', proto_int8)):
+            path = os.path.join(tmp, f'{label}.onnx')
+            onnx.save(proto, path)
+            modify_model_output_intermediate_tensors(path, path + '.aug.onnx')
+            acts[label] = collect_activations(path + '.aug.onnx', calibration_reader(
+                [{name: x} for x in inputs]))
+    errors = compute_activation_error(create_activation_matching(acts['qdq'], acts['float']))
+    producers = {o: n for n in prepared_fp32.graph.node for o in n.output}
+    rows = []
+    for tensor, err in errors.items():
+        node = producers.get(tensor)
+        if node is None or 'qdq_err' not in err or node.op_type in _FOLDED:
+            continue
+        rows.append(dict(node=node.name, op_type=node.op_type, tensor=tensor,
+                         qdq_sqnr=round(float(err['qdq_err']), 2),
+                         xmodel_sqnr=round(float(err.get('xmodel_err', float('nan'))), 2)))
+    rows.sort(key=lambda r: r['qdq_sqnr'])
+    return rows[:top]
