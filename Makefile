@@ -1,6 +1,8 @@
 # Two entry points (see README):
 #   make demo   set up .venv if needed, then run the main job
 #   make test   set up .venv if needed, then run the whole test suite
+# and `make oracle`, which records torchvision's ROI pooling outputs for the tests
+# (tests/ops/roi_oracle.py) in a side virtualenv of 5.5 GB that `make test` does not need.
 # Setup is idempotent: a stamp file records the inputs it was made from, so a second
 # run installs nothing.
 
@@ -15,7 +17,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export MMCV_WITH_OPS := 1
 export MAX_JOBS ?= 2
 
-.PHONY: env demo test clean-env
+.PHONY: env demo test oracle clean-env
 
 env: $(STAMP)
 
@@ -78,9 +80,11 @@ ASCEND_CHECK := import torch, triton, triton.backends.ascend; \
 	print('triton-ascend environment ready: triton', triton.__version__)
 $(eval $(call side_venv,.venv-ascend,requirements/ascend.txt,$(ASCEND_CHECK),triton-ascend for tools/ascend_check.py))
 
-# .venv-torchvision: torch 2.14.1 + torchvision 0.29.1 from local disk (about 5.4 GB), the
+# .venv-torchvision: torch 2.14.1 + torchvision 0.29.1 from local disk (about 5.5 GB), the
 # oracle of roi_pool2d (tools/torchvision_oracle.py). No torchvision build runs beside the
 # project's torch 2.13 CPU build: the wheels are CUDA builds that need libtorch_cuda.
+# Made by `make oracle` only: the tests compare with the outputs it recorded in
+# tests/ops/roi_pool_torchvision.pt.xz, and with the live oracle where it exists.
 TV_STAMP := .venv-torchvision/.mmseg-cann-installed
 TV_CHECK := import torch, torchvision; \
 	torch.ops.torchvision.roi_pool(torch.zeros(1, 1, 2, 2), torch.zeros(1, 5), 1.0, 1, 1); \
@@ -88,7 +92,11 @@ TV_CHECK := import torch, torchvision; \
 $(eval $(call side_venv,.venv-torchvision,requirements/torchvision-oracle.txt,$(TV_CHECK),torchvision for the roi_pool2d oracle))
 
 .PHONY: side-envs clean-side-envs
-side-envs: $(ASCEND_STAMP) $(TV_STAMP)
+side-envs: $(ASCEND_STAMP)
+
+# record torchvision's outputs for the ROI oracle cases again (after changing the cases)
+oracle: env $(TV_STAMP)
+	$(PY) -m tests.ops.roi_oracle
 
 clean-side-envs:
 	rm -rf .venv-ascend .venv-torchvision

@@ -12,7 +12,10 @@ count and spill counts of the AMDGPU metadata on ROCm.
 
 Compiled kernels land in Triton's on-disk cache (``TRITON_CACHE_DIR``, keyed by the
 kernel source hash, the specialisation and the options), so a second check of unchanged
-kernels compiles nothing. Written against triton 3.6 (``requirements/tests.txt``); the
+kernels compiles nothing. The CUDA resource usage is read from the ``ptxas -v`` log of
+Triton's own ``ptxas`` call (the flags the cubin was made with) and stored beside the
+cubin in that cache entry (:data:`USAGE_FILE`), so neither a cold nor a warm check runs
+``ptxas`` a second time. Written against triton 3.6 (``requirements/tests.txt``); the
 binder API is internal to Triton, so another version is refused.
 
 Kernels must be real ``JITFunction`` objects: this module is used in a process where
@@ -20,8 +23,11 @@ Kernels must be real ``JITFunction`` objects: this module is used in a process w
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
+import io
+import json
 import os
 import re
 import subprocess
@@ -33,6 +39,7 @@ import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
+from triton.runtime.cache import get_cache_manager
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
 try:  # Triton's settings object (newer releases; older ones read the environment)
@@ -47,6 +54,8 @@ TARGETS: Dict[str, GPUTarget] = {
 }
 #: the Triton release whose binder this module calls
 TRITON_VERSION = '3.6.'
+#: the file in a CUDA kernel's Triton cache entry that records its ``ptxas -v`` usage
+USAGE_FILE = 'mmseg_cann_ptxas_usage.json'
 
 
 @dataclasses.dataclass
@@ -147,11 +156,16 @@ def compile_variant(variant: Variant) -> Result:
     result = Result(variant.name, target_name(variant.target), variant.key, variant.meta)
     start = time.perf_counter()
     try:
-        compiled = triton.compile(src, target=variant.target, options=variant.options)
         if variant.target.backend == 'cuda':
-            result.registers, result.spills = ptxas_usage(compiled.asm['ptx'],
-                                                          variant.target.arch)
+            log = io.StringIO()
+            with knobs.nvidia.scope(), contextlib.redirect_stdout(log):
+                knobs.nvidia.dump_ptxas_log = True   # Triton prints its ptxas -v log
+                compiled = triton.compile(src, target=variant.target,
+                                          options=variant.options)
+            result.registers, result.spills = cuda_usage(compiled, log.getvalue(),
+                                                         variant.target.arch)
         else:
+            compiled = triton.compile(src, target=variant.target, options=variant.options)
             result.registers, result.spills = amdgcn_usage(compiled.asm['amdgcn'])
     except Exception as e:  # noqa: BLE001 - every compile failure is a finding
         result.error = f'{type(e).__name__}: {_first_lines(str(e))}'
@@ -197,6 +211,23 @@ def ptxas_usage(ptx: str, arch: int) -> Tuple[int, int]:
                                '-o', os.path.join(tmp, 'kernel.cubin')],
                               capture_output=True, text=True, check=True)
     return parse_ptxas_log(proc.stderr + proc.stdout)
+
+
+def cuda_usage(compiled, log: str, arch: int) -> Tuple[int, int]:
+    """``(registers, spill bytes)`` of a compiled CUDA kernel: from ``log``, the ``ptxas
+    -v`` log Triton printed while compiling it, recorded in its cache entry; on a cache
+    hit (no log) from that record, or from :func:`ptxas_usage` where there is none."""
+    cache = get_cache_manager(compiled.hash)
+    if 'Used ' in log:
+        usage = parse_ptxas_log(log)
+    else:
+        path = cache.get_file(USAGE_FILE)
+        if path is not None:
+            with open(path) as f:
+                return tuple(json.load(f))
+        usage = ptxas_usage(compiled.asm['ptx'], arch)
+    cache.put(json.dumps(list(usage)), USAGE_FILE, binary=False)
+    return usage
 
 
 def parse_ptxas_log(log: str) -> Tuple[int, int]:

@@ -8,7 +8,7 @@ to 48 cells, inside the map, seeded), pooled to 7x7 with ``spatial_scale=1``.
   forward + backward.
 * ``torchvision.ops.roi_pool`` (the reference of ``mode='max'``) cannot run in the
   project's environment, so ``python tools/_bench_roi.py`` times it in the side
-  virtualenv (``make tv-oracle``; ``tools/torchvision_oracle.py --bench``) on the same
+  virtualenv (``make oracle``; ``tools/torchvision_oracle.py --bench``) on the same
   inputs with the same number of threads, times ``roi_pool2d`` here, and prints both
   and their ratio (the baselines of both modes too). ``--threads 1 --clock cpu`` is the
   fair setting on a shared machine (torchvision's CPU kernel is single-threaded anyway).
@@ -173,7 +173,7 @@ def main(argv=None) -> int:
               f'{ours[0] / base[0]:.2f} | {base[1] * 1e3:.1f} | {ours[1] * 1e3:.1f} | '
               f'{ours[1] / base[1]:.2f} |')
     if tv is None:
-        print(f'torchvision: {ORACLE_PYTHON} not found (make tv-oracle)')
+        print(f'torchvision: {ORACLE_PYTHON} not found (make oracle)')
     return 0
 
 

@@ -1,6 +1,6 @@
 """Run ``torchvision.ops.roi_pool`` on cases from a .pt file (the oracle of roi_pool2d).
 
-Runs in the side virtualenv ``.venv-torchvision`` (``make tv-oracle``): torchvision's
+Runs in the side virtualenv ``.venv-torchvision`` (``make oracle``): torchvision's
 wheels need their own torch build, which the project's environment cannot hold.
 
 Usage::

@@ -6,49 +6,32 @@ elsewhere).
 
 Skipped, with the recorded reason, where ``make`` could not install triton-ascend
 (``.venv-ascend/install-failed.txt``), or where the virtualenv was not made (``make
-side-envs``; ``make test`` makes it).
+side-envs``; ``make test`` makes it). The check runs in the background from the start of
+the session (tests/_compile_checks.py).
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 
 import pytest
 
+from tests import _compile_checks
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VENV = os.path.join(REPO, '.venv-ascend')
-PYTHON = os.path.join(VENV, 'bin', 'python')
-FAILED = os.path.join(VENV, 'install-failed.txt')
-STAMP = os.path.join(VENV, '.mmseg-cann-installed')
-
-
-def skip_reason():
-    """Why the check cannot run here, or None."""
-    if os.path.isfile(FAILED):
-        with open(FAILED) as f:
-            tail = f.read().strip().splitlines()
-        return ('triton-ascend could not be installed in .venv-ascend: '
-                + (' | '.join(tail[-3:]) or 'no pip output'))
-    if not (os.path.isfile(STAMP) and os.access(PYTHON, os.X_OK)):
-        return '.venv-ascend is not made (make side-envs)'
-    return None
+PYTHON = _compile_checks.ASCEND_PYTHON
+skip_reason = _compile_checks.ascend_skip_reason
 
 
 @pytest.fixture(scope='module')
-def report(tmp_path_factory):
+def report(compile_check):
+    """The check's JSON report (the check started in the background when the session
+    began, tests/_compile_checks.py), with its exit status and output."""
     reason = skip_reason()
     if reason is not None:
         pytest.skip(reason)
-    out = tmp_path_factory.mktemp('ascend') / 'report.json'
-    env = {k: v for k, v in os.environ.items()
-           if k not in ('TRITON_INTERPRET', 'PYTHONPATH')}
-    proc = subprocess.run([PYTHON, os.path.join(REPO, 'tools', 'ascend_check.py'),
-                           '--json', str(out), '--workers', '2'],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
-    assert out.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
-    data = json.loads(out.read_text())
+    proc, data = compile_check('ascend')
+    assert data is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
     data['returncode'], data['stdout'] = proc.returncode, proc.stdout
     return data
 
@@ -110,12 +93,12 @@ def test_skip_reason_reads_the_recorded_pip_error(tmp_path, monkeypatch):
     failed = tmp_path / 'install-failed.txt'
     failed.write_text('Collecting triton-ascend==3.2.0\nERROR: No matching distribution '
                       'found for triton-ascend==3.2.0\nexit status 1\n')
-    monkeypatch.setattr(sys.modules[__name__], 'FAILED', str(failed))
+    monkeypatch.setattr(_compile_checks, 'ASCEND_FAILED', str(failed))
     reason = skip_reason()
     assert reason.startswith('triton-ascend could not be installed')
     assert 'No matching distribution' in reason and 'exit status 1' in reason
-    monkeypatch.setattr(sys.modules[__name__], 'FAILED', str(tmp_path / 'absent'))
-    monkeypatch.setattr(sys.modules[__name__], 'STAMP', str(tmp_path / 'absent'))
+    monkeypatch.setattr(_compile_checks, 'ASCEND_FAILED', str(tmp_path / 'absent'))
+    monkeypatch.setattr(_compile_checks, 'ASCEND_STAMP', str(tmp_path / 'absent'))
     assert skip_reason() == '.venv-ascend is not made (make side-envs)'
 
 

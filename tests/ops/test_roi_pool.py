@@ -1,11 +1,9 @@
-"""roi_pool2d against the real references: ``torchvision.ops.roi_pool`` (run in the side
-virtualenv ``.venv-torchvision``, ``make side-envs``) for ``mode='max'`` and
+"""roi_pool2d against the real references: ``torchvision.ops.roi_pool`` (its outputs
+recorded by ``make oracle``, :mod:`tests.ops.roi_oracle`) for ``mode='max'`` and
 ``F.adaptive_{max,avg}_pool2d`` of each box's slice for both modes; edge cases, bad
 input, gradients, precision and the per-device plan."""
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 
 import pytest
@@ -15,120 +13,60 @@ import torch.nn.functional as F
 from mmseg_cann.backends import roi_npu
 from mmseg_cann.core import roi as roi_rules
 from mmseg_cann.ops import roi_pool2d
+from tests.ops import roi_oracle
+from tests.ops.roi_oracle import ORACLE_CASES, inside_boxes, random_map
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ORACLE_VENV = os.path.join(REPO, '.venv-torchvision')
-ORACLE_PYTHON = os.path.join(ORACLE_VENV, 'bin', 'python')
 BACKENDS = ('fast', 'native')
 
 
-def _oracle_missing() -> str:
-    failed = os.path.join(ORACLE_VENV, 'install-failed.txt')
-    if os.path.exists(failed):
-        with open(failed) as f:
-            return f'.venv-torchvision could not be made:\n{f.read()}'
-    return '.venv-torchvision is missing: run `make side-envs` (torchvision oracle)'
-
-
-def _boxes(k, h, w, seed, margin=5, batch=2, dtype=torch.float32):
-    """Random boxes with coordinates in [-margin, size + margin]: some partly or wholly
-    outside the map, some reversed, fractional coordinates."""
-    g = torch.Generator().manual_seed(seed)
-    b = torch.randint(0, batch, (k, 1), generator=g).to(dtype)
-    xs = torch.rand(k, 2, generator=g) * (w + 2 * margin) - margin
-    ys = torch.rand(k, 2, generator=g) * (h + 2 * margin) - margin
-    return torch.cat([b, xs[:, :1], ys[:, :1], xs[:, 1:], ys[:, 1:]], 1).to(dtype)
-
-
-def _inside_boxes(k, h, w, seed, batch=2, dtype=torch.float32):
-    """Integer boxes inside the map, sides 1..size."""
-    g = torch.Generator().manual_seed(seed)
-    sw = torch.randint(1, w + 1, (k,), generator=g)
-    sh = torch.randint(1, h + 1, (k,), generator=g)
-    x1 = (torch.rand(k, generator=g) * (w - sw + 1)).floor()
-    y1 = (torch.rand(k, generator=g) * (h - sh + 1)).floor()
-    b = torch.randint(0, batch, (k,), generator=g).float()
-    return torch.stack([b, x1, y1, x1 + sw - 1, y1 + sh - 1], 1).to(dtype)
-
-
-def _map(shape, seed, dtype=torch.float32, special=False, ties=False):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(shape, generator=g, dtype=torch.float64)
-    if ties:
-        x = x.mul(2).round()  # few distinct values: ties everywhere
-    x = x.to(dtype)
-    if special:
-        flat = x.view(-1)
-        flat[::7] = float('nan')
-        flat[3::11] = float('-inf')
-        flat[5::13] = float('inf')
-        flat[6::17] = -torch.finfo(torch.float32).max
-    return x
-
-
-# name -> case; every case runs through the oracle once per session
-ORACLE_CASES = {}
-
-
-def _case(name, x, rois, size, scale, seed=0):
-    g = torch.Generator().manual_seed(seed + 1)
-    grad = torch.randn((rois.shape[0], x.shape[1]) + tuple(size), generator=g,
-                       dtype=torch.float64).to(x.dtype)
-    ORACLE_CASES[name] = dict(input=x, rois=rois, output_size=tuple(size),
-                              spatial_scale=scale, grad=grad)
-
-
-for _dtype in (torch.float32, torch.float64):
-    _t = str(_dtype).split('.')[-1]
-    for _i, (_size, _scale) in enumerate([((7, 7), 1.0), ((3, 5), 0.5), ((21, 13), 0.3),
-                                          ((1, 1), 1.0), ((2, 9), 1 / 16), ((5, 4), 2.0)]):
-        _hw = (20, 23)
-        _c = max(1, int(round(1 / _scale))) if _scale < 1 else 1
-        _boxes_scale = 16 if _scale == 1 / 16 else 1
-        _case(f'{_t}-random-{_size}-{_scale}', _map((2, 6) + _hw, _i, _dtype),
-              _boxes(40, _hw[0] * _c * _boxes_scale, _hw[1] * _c * _boxes_scale, _i,
-                     dtype=_dtype), _size, _scale, _i)
-    _case(f'{_t}-special-values', _map((2, 5, 12, 14), 9, _dtype, special=True),
-          _boxes(60, 12, 14, 9, dtype=_dtype), (4, 3), 1.0, 9)
-    _case(f'{_t}-ties', _map((2, 5, 12, 14), 10, _dtype, ties=True),
-          _boxes(60, 12, 14, 10, dtype=_dtype), (3, 3), 1.0, 10)
-    _case(f'{_t}-all-neg-inf', torch.full((1, 2, 6, 6), float('-inf'), dtype=_dtype),
-          torch.tensor([[0, 0, 0, 5, 5], [0, 1, 1, 2, 2]], dtype=_dtype), (2, 2), 1.0)
-    _case(f'{_t}-edges', _map((2, 3, 9, 11), 11, _dtype),
-          torch.tensor([[0, 0, 0, 10, 8],       # the whole map
-                        [1, 4, 4, 4, 4],        # a single cell
-                        [1, 3, 0, 3, 8],        # width 1
-                        [0, 0, 5, 10, 5],       # height 1
-                        [0, 6, 6, 2, 2],        # reversed: one cell at (6, 6)
-                        [1, -4, -4, -1, -1],    # wholly outside (before the map)
-                        [0, 12, 10, 20, 20],    # wholly outside (after the map)
-                        [1, -3, -2, 4, 5],      # partly outside
-                        [0, 8, 6, 15, 12],      # partly outside at the end
-                        [1, 0.5, 1.5, 2.5, 3.5],      # halves: round away from zero
-                        [0, -0.5, -1.5, 0.49, 7.5],
-                        [1, 2.4999, 2.5001, 6.5, 7.4999]], dtype=_dtype), (3, 4), 1.0)
-    _case(f'{_t}-no-rois', _map((2, 3, 5, 5), 12, _dtype), torch.zeros((0, 5), dtype=_dtype),
-          (2, 2), 1.0)
-    # float32 bins differ from adaptive bins for roi_h = 3 -> 21 rows, 7 -> 13, ...
-    _case(f'{_t}-bin-rule', _map((1, 4, 30, 30), 13, _dtype),
-          torch.tensor([[0, 0, 0, 2, 2], [0, 1, 1, 7, 7], [0, 2, 3, 8, 9], [0, 0, 0, 28, 6]],
-                       dtype=_dtype), (21, 13), 1.0)
-
-
 @pytest.fixture(scope='module')
-def oracle(tmp_path_factory):
-    """torchvision's results for :data:`ORACLE_CASES` (one side-venv run)."""
-    if not os.path.exists(ORACLE_PYTHON):
-        pytest.skip(_oracle_missing())
-    tmp = tmp_path_factory.mktemp('tv')
-    cases_path, results_path = tmp / 'cases.pt', tmp / 'results.pt'
-    names = list(ORACLE_CASES)
-    torch.save(dict(cases=[ORACLE_CASES[n] for n in names]), cases_path)
-    subprocess.run([ORACLE_PYTHON, os.path.join(REPO, 'tools', 'torchvision_oracle.py'),
-                    str(cases_path), str(results_path)], check=True, timeout=600)
-    saved = torch.load(results_path)
-    assert saved['torchvision'].startswith('0.29.1'), saved['torchvision']
-    return dict(zip(names, saved['results']))
+def oracle():
+    """torchvision's results for :data:`ORACLE_CASES`, as recorded by ``make oracle``
+    (name -> dict(output=, argmax=, grad_input=))."""
+    recorded = roi_oracle.load_fixture()
+    reason = roi_oracle.stale_reason(recorded)
+    if reason:
+        pytest.fail(reason, pytrace=False)
+    version = recorded['torchvision']
+    assert version.startswith(roi_oracle.TORCHVISION), version
+    return recorded['results']
+
+
+def test_recorded_oracle_is_what_torchvision_gives(oracle):
+    """Where ``.venv-torchvision`` exists (``make oracle``): the live oracle gives the
+    recorded values, argmax and gradients bit for bit."""
+    reason = roi_oracle.oracle_missing()
+    if reason:
+        pytest.skip(reason)
+    live = roi_oracle.run_live_oracle()
+    assert list(live['results']) == list(oracle)
+    for name, ref in oracle.items():
+        for key in roi_oracle.FIELDS:
+            got, want = live['results'][name][key], ref[key]
+            assert (got.dtype, got.shape) == (want.dtype, want.shape), (name, key)
+            assert got.numpy().tobytes() == want.numpy().tobytes(), (name, key)
+
+
+def test_a_changed_case_list_asks_for_make_oracle():
+    """Any change to a case (an input value, a box, a size, a scale, a gradient, a name)
+    changes the recorded hash, and the fixture then fails naming ``make oracle``."""
+    recorded = roi_oracle.load_fixture()
+    assert roi_oracle.stale_reason(recorded) == ''
+    base = roi_oracle.cases_sha256()
+    name = 'float32-edges'
+    changes = [('input', lambda c: c['input'].view(-1)[5].add_(2 ** -20)),
+               ('rois', lambda c: c['rois'][3, 2].add_(1)),
+               ('grad', lambda c: c['grad'].view(-1)[0].neg_()),
+               ('output_size', lambda c: c.update(output_size=(4, 3))),
+               ('spatial_scale', lambda c: c.update(spatial_scale=0.5))]
+    for what, change in changes:
+        cases = {n: {k: v.clone() if torch.is_tensor(v) else v for k, v in c.items()}
+                 for n, c in ORACLE_CASES.items()}
+        change(cases[name])
+        assert roi_oracle.cases_sha256(cases) != base, what
+        assert 'run `make oracle`' in roi_oracle.stale_reason(recorded, cases), what
+    renamed = {('x' + n if n == name else n): c for n, c in ORACLE_CASES.items()}
+    assert roi_oracle.cases_sha256(renamed) != base
 
 
 @pytest.mark.parametrize('backend', BACKENDS)
@@ -172,16 +110,16 @@ def _adaptive_loop(x, rois, size, mode):
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
 @pytest.mark.parametrize('size', [(7, 7), (3, 5), (1, 1), (4, 9), (16, 16)])
 def test_avg_equals_adaptive_avg_of_each_slice(backend, dtype, size):
-    x = _map((2, 7, 19, 24), 1, dtype)
-    rois = _inside_boxes(80, 19, 24, 2, dtype=dtype)
+    x = random_map((2, 7, 19, 24), 1, dtype)
+    rois = inside_boxes(80, 19, 24, 2, dtype=dtype)
     assert torch.equal(roi_pool2d(x, rois, size, 'avg', backend=backend),
                        _adaptive_loop(x, rois, size, 'avg'))
 
 
 @pytest.mark.parametrize('backend', BACKENDS)
 def test_avg_channels_last_and_scaled_boxes(backend):
-    x = _map((2, 5, 16, 16), 3).contiguous(memory_format=torch.channels_last)
-    rois = _inside_boxes(30, 16, 16, 4)
+    x = random_map((2, 5, 16, 16), 3).contiguous(memory_format=torch.channels_last)
+    rois = inside_boxes(30, 16, 16, 4)
     scaled = rois.clone()
     scaled[:, 1:] *= 8  # image coordinates of a stride-8 map
     out = roi_pool2d(x, scaled, (3, 3), 'avg', spatial_scale=1 / 8, backend=backend)
@@ -192,12 +130,12 @@ def test_avg_channels_last_and_scaled_boxes(backend):
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
 def test_max_equals_adaptive_max_where_the_bin_rules_agree(backend, dtype):
     size = (7, 7)
-    rois = _inside_boxes(200, 40, 40, 5, dtype=dtype)
+    rois = inside_boxes(200, 40, 40, 5, dtype=dtype)
     bad = set(roi_rules.bin_rule_disagreements(40, 7, dtype))
     keep = [i for i, r in enumerate(rois.long().tolist())
             if (r[4] - r[2] + 1, 7) not in bad and (r[3] - r[1] + 1, 7) not in bad]
     rois = rois[keep]
-    x = _map((2, 4, 40, 40), 6, dtype)
+    x = random_map((2, 4, 40, 40), 6, dtype)
     assert torch.equal(roi_pool2d(x, rois, size, 'max', backend=backend),
                        _adaptive_loop(x, rois, size, 'max'))
 
@@ -212,7 +150,7 @@ def test_disagreeing_sizes_are_few():
 # -------------------------------------------------------------------- edge cases
 @pytest.mark.parametrize('backend', BACKENDS)
 def test_edge_cases_defined(backend):
-    x = _map((2, 3, 8, 8), 7)
+    x = random_map((2, 3, 8, 8), 7)
     # wholly outside: every bin empty -> 0, index -1
     out, idx = roi_pool2d(x, torch.tensor([[0., 20, 20, 30, 30]]), 2, 'max', 1.0, True,
                           backend=backend)
@@ -238,7 +176,7 @@ def test_edge_cases_defined(backend):
 
 
 def test_box_list_form_equals_tensor_form():
-    x = _map((2, 3, 10, 10), 8)
+    x = random_map((2, 3, 10, 10), 8)
     boxes = [torch.tensor([[0., 0, 5, 5], [2, 2, 9, 9]]), torch.tensor([[1., 1, 3, 8]])]
     rois = torch.tensor([[0., 0, 0, 5, 5], [0, 2, 2, 9, 9], [1, 1, 1, 3, 8]])
     for mode in ('max', 'avg'):
@@ -246,7 +184,7 @@ def test_box_list_form_equals_tensor_form():
 
 
 def test_integer_rois_and_empty_batch():
-    x = _map((2, 3, 10, 10), 8)
+    x = random_map((2, 3, 10, 10), 8)
     rois = torch.tensor([[0, 0, 0, 5, 5], [1, 2, 2, 9, 9]])
     assert torch.equal(roi_pool2d(x, rois, 3, 'avg'), roi_pool2d(x, rois.float(), 3, 'avg'))
     assert roi_pool2d(x[:0], torch.zeros(0, 5), 2).shape == (0, 3, 2, 2)
@@ -310,8 +248,8 @@ def test_gradcheck_float64(backend, mode):
 # -------------------------------------------------------------------- precision
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
 def test_half_inputs_follow_the_precision_policy(dtype):
-    x = _map((2, 4, 12, 12), 2).to(dtype)
-    rois = _inside_boxes(40, 12, 12, 3)
+    x = random_map((2, 4, 12, 12), 2).to(dtype)
+    rois = inside_boxes(40, 12, 12, 3)
     avg = roi_pool2d(x, rois, 3, 'avg')
     assert avg.dtype == dtype
     # fp32 accumulation, rounded once (PyTorch's CPU adaptive pooling does the same)
@@ -324,8 +262,8 @@ def test_half_inputs_follow_the_precision_policy(dtype):
 
 
 def test_explicit_precision_casts_the_computation():
-    x = _map((1, 2, 9, 9), 4)
-    rois = _inside_boxes(10, 9, 9, 5, batch=1)
+    x = random_map((1, 2, 9, 9), 4)
+    rois = inside_boxes(10, 9, 9, 5, batch=1)
     out = roi_pool2d(x, rois, 2, 'avg', precision='bf16')
     assert out.dtype == torch.float32
     assert torch.equal(out, roi_pool2d(x.bfloat16(), rois, 2, 'avg', precision='input')
@@ -358,7 +296,7 @@ def test_plan_per_device():
 def test_cpu_calls_take_the_kernels_and_half_the_aten_form_records_nothing():
     from mmseg_cann.utils import fallback_counts, reset_fallbacks
     reset_fallbacks()
-    x = _map((1, 2, 6, 6), 1)
+    x = random_map((1, 2, 6, 6), 1)
     roi_pool2d(x, torch.tensor([[0., 0, 0, 5, 5]]), 2)
     assert 'roi_pool2d' not in fallback_counts()
 

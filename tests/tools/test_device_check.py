@@ -1,9 +1,10 @@
 """tools/device_check.py: the ahead-of-time compile check of every Triton kernel variant
 (sm_90 and gfx942, no GPU needed) and the device measurements' skip without a device.
 
-The check compiles 864 variants: about 2 minutes on 2 cores the first time, 20 s
-later (Triton's on-disk cache, ``TRITON_CACHE_DIR``, keyed by the kernel source
-hash and the variant)."""
+The check compiles 1,256 variants, minutes on 2 cores the first time and seconds later
+(Triton's on-disk cache, ``TRITON_CACHE_DIR``, keyed by the kernel source hash and the
+variant); it runs in the background from the start of the session
+(tests/_compile_checks.py)."""
 from __future__ import annotations
 
 import json
@@ -31,12 +32,12 @@ def run_tool(*args, timeout=1200):
 
 
 @pytest.fixture(scope='module')
-def aot(tmp_path_factory):
-    """The full check, run once: ``(process, report)``."""
-    out = tmp_path_factory.mktemp('aot') / 'aot.json'
-    proc = run_tool('--aot', '--json', str(out))
-    assert out.exists(), proc.stdout + proc.stderr
-    return proc, json.loads(out.read_text())
+def aot(compile_check):
+    """The full check, run once (started in the background when the session began,
+    tests/_compile_checks.py): ``(process, report)``."""
+    proc, report = compile_check('aot')
+    assert report is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, report
 
 
 def test_aot_check_compiles_every_variant_without_spills(aot):
@@ -153,3 +154,56 @@ def test_aot_compile_catches_what_only_a_real_launch_specialises(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith('3 OK') and lines[1].startswith('1 ERROR'), proc.stdout
+
+
+USAGE_PROBE = '''
+import json, os, sys, torch
+from mmseg_cann.kernels import aot
+from triton.runtime.cache import get_cache_manager
+v = aot.bind(aot._probe_kernel, (torch.zeros(64), 64), dict(BLOCK=64), aot.TARGETS['cuda'])
+first = aot.compile_variant(v)               # cold: usage from Triton's own ptxas log
+(entry,) = os.listdir(os.environ['TRITON_CACHE_DIR'])
+record = os.path.join(os.environ['TRITON_CACHE_DIR'], entry, aot.USAGE_FILE)
+stored = json.load(open(record))
+with open(record, 'w') as f:
+    json.dump([999, 7], f)
+second = aot.compile_variant(v)              # cache hit: the record, no ptxas
+os.remove(record)
+third = aot.compile_variant(v)               # cache hit without a record: ptxas -v again
+print(json.dumps(dict(first=[first.registers, first.spills], stored=stored,
+                      second=[second.registers, second.spills],
+                      third=[third.registers, third.spills],
+                      rewritten=json.load(open(record)), errors=[first.error, third.error])))
+'''
+
+
+def test_cuda_usage_comes_from_tritons_ptxas_log_and_is_recorded_in_its_cache(tmp_path):
+    """One ptxas run per variant: the usage is parsed from the log of Triton's own ptxas
+    call and stored in the kernel's cache entry, which a cache hit reads (a planted
+    record shows it is read); without a record, ptxas -v runs as before."""
+    env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
+    env['TRITON_CACHE_DIR'] = str(tmp_path / 'cache')
+    proc = subprocess.run([sys.executable, '-c', USAGE_PROBE], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out['errors'] == [None, None]
+    assert out['first'] == out['stored'] == out['third'] == out['rewritten']
+    assert out['first'][0] > 0 and out['first'][1] == 0
+    assert out['second'] == [999, 7]
+
+
+def test_compile_checks_start_for_the_tests_that_read_them():
+    """tests/_compile_checks.py: a check starts in the background when a selected test
+    uses its fixture in its module, not for other tests of the module."""
+    import types
+
+    from tests import _compile_checks
+
+    def item(module, *fixtures):
+        return types.SimpleNamespace(path=os.path.join(REPO_ROOT, module),
+                                     fixturenames=list(fixtures))
+    module = _compile_checks.CHECKS['aot'].module
+    assert _compile_checks.wanted([item(module, 'aot', 'tmp_path')]) == ['aot']
+    assert _compile_checks.wanted([item(module, 'tmp_path'),
+                                   item('tests/tools/test_infer.py', 'aot')]) == []
