@@ -121,14 +121,15 @@ def build_base_model(name: str):
         _shrink_depths(model_cfg.backbone)
     torch.manual_seed(0)
     model = MODELS.build(model_cfg)
-    import logging
-
-    from mmengine.logging import MMLogger
-    logger = MMLogger.get_current_instance()
-    level = logger.level
-    logger.setLevel(logging.WARNING)
-    try:
-        model.init_weights()
-    finally:
-        logger.setLevel(level)
+    _tools_common().quiet_init_weights(model)
     return model.eval()
+
+
+def _tools_common():
+    """``tools/_common.py`` (its ``quiet_init_weights``: mmseg's init without the log)."""
+    from tests._helpers import REPO_ROOT
+    spec = importlib.util.spec_from_file_location(
+        'mmseg_cann_tools_common', os.path.join(REPO_ROOT, 'tools', '_common.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
