@@ -75,8 +75,10 @@ class NativePyramid(nn.Module):
         up = [F.interpolate(p(x), size=x.shape[2:], mode='bilinear', align_corners=False)
               for p in self.pools]
         y = torch.cat([x] + up, 1)
+        # APCHead's global context: a 1x1 map spread back with legacy nearest to a size
+        spread = F.interpolate(self.pools[0](x), size=x.shape[2:], mode='nearest')
         return (self.stem(y), self.avg(y), F.avg_pool2d(y, 3, 1, 1, count_include_pad=False),
-                F.interpolate(y, scale_factor=2, mode='nearest'))
+                F.interpolate(y, scale_factor=2, mode='nearest'), spread)
 
 
 def test_native_modules_dynamic_export_matches_pytorch():
