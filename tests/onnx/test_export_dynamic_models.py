@@ -110,6 +110,7 @@ def _sweep_one(module, make_inputs):
 SWEPT = [n for n in base_model_names() if n not in NOT_BUILT and n not in NOT_RUNNING]
 
 
+@pytest.mark.slow
 def test_configs_left_out_are_the_known_ones():
     """The configs left out of the sweep are exactly those that do not build or run."""
     failing, raising = {}, {}
