@@ -59,7 +59,9 @@ class ModelAndHead(torch.nn.Module):
     def forward(self, image, *feats):
         if self.head is None:
             return self.logits(image)
-        return self.logits(image), self.head(list(feats))
+        out = self.head(list(feats))  # a tuple for some heads (DANet's three maps)
+        return (self.logits(image),) + (tuple(out) if isinstance(out, (tuple, list))
+                                         else (out,))
 
 
 def _image(hw, seed):
