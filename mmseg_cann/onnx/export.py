@@ -1,6 +1,7 @@
 """Export a model to ONNX with exact CANN-op translations, check and verify it."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import warnings
@@ -12,6 +13,7 @@ import torch
 from ..core.export_mode import DEFAULT_OPSET, TARGETS, export_mode
 from . import atc_backend, ops
 from .atc import ATC_MAX_OPSET, atc_reading
+from .native_ops import native_ops_as_cann
 from .runtime import constant_values, run_onnx
 from .translation import MIN_OPSET, translation_table
 
@@ -41,7 +43,9 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
             op's rule depends on the concrete size (see
             :func:`~mmseg_cann.onnx.translation.check_dynamic_upsample`,
             :func:`~mmseg_cann.core.geometry.ceil_mode_may_drop`) or where the model's
-            own code pins a size to the example's.
+            own code pins a size to the example's. PyTorch's own resize/pool calls in
+            the model (``F.interpolate``, ``nn.AdaptiveAvgPool2d``, ``nn.MaxPool2d``...)
+            are exported by the same rules (:mod:`.native_ops`).
         input_names, output_names: graph input/output names.
         simplify: run ``onnxslim.slim`` on the exported graph (PyPI ``onnxslim``,
             ``requirements/tests.txt``); the result is checked like the export.
@@ -82,7 +86,11 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
         # torch.onnx.export would go on to retry a refused graph with dynamo.
         # Fresh tensors: torch.export leaves dim markings on the tensors it traced, which
         # would make a later fixed-shape export of the same tensors symbolic.
-        exported = _capture(model, tuple(t.detach().clone() for t in inputs), dynamic_shapes)
+        # dynamic: PyTorch's own resize/pool calls take the CANN ops' size-generic forms
+        # and refusals (their generic translations bake the traced size in, .native_ops)
+        with native_ops_as_cann() if dynamic else contextlib.nullcontext():
+            exported = _capture(model, tuple(t.detach().clone() for t in inputs),
+                                dynamic_shapes)
         program = torch.onnx.export(
             exported, (), dynamo=True,
             opset_version=opset,
@@ -232,7 +240,6 @@ class _quiet:
         self._warn = warnings.catch_warnings()
         self._warn.__enter__()
         warnings.simplefilter('ignore')
-        import contextlib
         import io
         self._out = contextlib.redirect_stdout(io.StringIO())
         self._out.__enter__()

@@ -219,7 +219,8 @@ def check_dynamic_upsample(spec: geo.UpsampleSpec) -> None:
 
     * ``nearest``/``nearest-exact`` mapped with ``in / out`` (a given size,
       ``recompute_scale_factor=True``): PyTorch's float32 index ``floor(d * in/out)``
-      differs from ONNX's for some size pairs (e.g. 2 -> 82);
+      differs from ONNX's for some size pairs (e.g. 2 -> 82); a fixed 1x1 input (index
+      0 everywhere) is exported;
     * antialiasing, unless a bilinear ``align_corners=False`` upsampling by scales
       >= 1 (never shrinks: plain bilinear);
     * ``area`` by a scale factor (its bins follow the runtime sizes of both sides);
@@ -245,7 +246,10 @@ def check_dynamic_upsample(spec: geo.UpsampleSpec) -> None:
                              f'or {fixed}')
         return
     by_size = args.scale_factor is None or args.recompute_scale_factor
-    if args.mode in geo.NEAREST_MODES and by_size:
+    # a 1x1 input (a global pool spread back, as mmseg's APCHead does) reads index 0 at
+    # every output index and size, in PyTorch and in ONNX alike
+    one_pixel = all(not geo.is_symbolic(n) and n == 1 for n in spec.in_size)
+    if args.mode in geo.NEAREST_MODES and by_size and not one_pixel:
         raise ValueError(f'{where} cannot be exported: PyTorch computes the {args.mode} '
                          'index with the float32 ratio in/out, which differs from ONNX '
                          "Resize's for some sizes (e.g. 2 -> 82); use a scale_factor "
