@@ -53,6 +53,11 @@ MODELS = {
                      (1024, 1024), 'decode_head.fusion_conv'),
     'upernet_r50': ('mmseg::upernet/upernet_r50_4xb2-40k_cityscapes-512x1024.py',
                     (512, 1024), 'decode_head.fpn_bottleneck'),
+    # whole-image inference at sizes that are not multiples of 32: mix-resize slices
+    'upernet_r50_500x750': ('mmseg::upernet/upernet_r50_4xb2-40k_cityscapes-512x1024.py',
+                            (500, 750), 'decode_head.fpn_bottleneck'),
+    'upernet_r50_97x131': ('mmseg::upernet/upernet_r50_4xb2-40k_cityscapes-512x1024.py',
+                           (97, 131), 'decode_head.fpn_bottleneck'),
 }
 
 
@@ -121,6 +126,10 @@ def cases(case_cls) -> list:
         forward_case(case_cls, 'resize_conv_segformer_b0_512', 'segformer_b0', repeats=5),
         forward_case(case_cls, 'resize_conv_segformer_b2_1024', 'segformer_b2', repeats=3),
         forward_case(case_cls, 'resize_conv_upernet_r50_512x1024', 'upernet_r50', repeats=2),
+        forward_case(case_cls, 'resize_conv_upernet_r50_500x750', 'upernet_r50_500x750',
+                     repeats=2),
+        forward_case(case_cls, 'resize_conv_upernet_r50_97x131', 'upernet_r50_97x131',
+                     repeats=5),
         train_step_case(case_cls, 'resize_conv_train_segformer_b0_512', 'segformer_b0', repeats=8),
     ]
 
@@ -245,6 +254,8 @@ def cpu_time_ratios(model: str, rounds: int, train: bool = False) -> dict:
                 plain_s=plain_s, fused_s=fused_s, ratio=fused_s / plain_s)
 
 
+#: the methods of resize_conv2d the slice table times
+METHODS = ('mix_first', 'polyphase', 'mix_resize')
 #: UPerHead's bottleneck slices at 512x1024 input: (factor, low-resolution map)
 SLICES = [(s, (1, 512, 128 // s, 256 // s)) for s in (2, 4, 8)]
 
@@ -253,8 +264,7 @@ def slice_times(rounds: int) -> List[dict]:
     """Per resized slice of UPerHead's bottleneck (``w`` 512x512x3x3 on a 512-channel map
     resized to 128x256, padding 1): process CPU time of the composition
     ``F.conv2d(F.interpolate(...))`` and of ``resize_conv2d`` with each method forced
-    (inference: no gradient, polyphase kernels cached), alternating, median of
-    ``rounds``; and their MACs."""
+    (inference: no gradient), alternating, median of ``rounds``; and their MACs."""
     import torch.nn.functional as F
 
     from mmseg_cann.ops import resize_conv as rc
@@ -267,9 +277,9 @@ def slice_times(rounds: int) -> List[dict]:
         fns = {'composition': lambda: F.conv2d(F.interpolate(x, size=(128, 256),
                                                              mode='bilinear'), w, padding=1)}
         macs = {}
-        for method in ('mix_first', 'polyphase'):
+        for method in METHODS:
             plan = rc.resize_conv2d_plan(x, w, method=method, **kw)
-            fns[method] = (lambda p=plan: rc._apply(x, w, None, p))
+            fns[method] = (lambda p=plan: rc.apply_plan(x, w, None, p))
             macs[method] = plan.macs_rewritten / plan.macs_direct
         seconds = {k: [] for k in fns}
         with torch.no_grad():
@@ -298,15 +308,14 @@ def main(argv=None) -> int:
     if args.slices:
         torch.set_num_threads(1)
         rows = slice_times(args.slices)
-        print('| factor | MACs mix_first | MACs polyphase | composition s | mix_first s '
-              '(ratio) | polyphase s (ratio) |')
-        print('|---|---:|---:|---:|---:|---:|')
+        print('| factor | ' + ' | '.join(f'MACs {m}' for m in METHODS) + ' | composition s | '
+              + ' | '.join(f'{m} s (ratio)' for m in METHODS) + ' |')
+        print('|---|' + '---:|' * (2 * len(METHODS) + 1))
         for r in rows:
             c = r['composition_s']
-            print(f"| {r['factor']} | {r['mix_first_macs']:.3f}x | "
-                  f"{r['polyphase_macs']:.3f}x | {c:.3f} | {r['mix_first_s']:.3f} "
-                  f"({r['mix_first_s'] / c:.2f}) | {r['polyphase_s']:.3f} "
-                  f"({r['polyphase_s'] / c:.2f}) |")
+            print(f"| {r['factor']} | " + ' | '.join(f"{r[m + '_macs']:.3f}x" for m in METHODS)
+                  + f' | {c:.3f} | ' + ' | '.join(f"{r[m + '_s']:.3f} ({r[m + '_s'] / c:.2f})"
+                                                  for m in METHODS) + ' |')
         if args.json:
             with open(args.json, 'w') as f:
                 json.dump(rows, f, indent=1)
