@@ -49,9 +49,10 @@ def resize_conv2d(input: torch.Tensor, weight: torch.Tensor, bias=None, *, size=
         ``(N, C_out, H_out, W_out)``, channels_last when the input or weight is. Where the
         rewrite runs, values are within float rounding of the composition (bound:
         :func:`resize_conv2d_error_bound`), differentiable with respect to input, weight
-        and bias. Where the composition runs (the plan's reason, also under
-        ``torch.jit.trace``, whose recorded sizes must stay generic, and
-        ``torch.compile``), it is counted in ``fallback_counts()``.
+        and bias. Where the composition runs for the plan's reason, or under
+        ``torch.jit.trace`` (whose recorded sizes must stay generic), it is counted in
+        ``fallback_counts()``; ``torch.compile`` traces the composition, uncounted (Dynamo
+        cannot trace the plan's Python geometry).
 
     Raises:
         TypeError, ValueError: invalid arguments, naming the argument, before any work.
