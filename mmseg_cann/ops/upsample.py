@@ -8,6 +8,7 @@ from .. import backends
 from ..backends import auto, native
 from ..core.precision import normalize_precision, run_with_precision
 from ..core import geometry as geo
+from ..core.export_mode import standard_export_tracing
 from ..core.validation import (adaptive_mean_only, check_adaptive_input, check_input,
                                check_tensor, native_only_upsample, upsample_dtypes)
 from ..utils import record_fallback
@@ -63,9 +64,10 @@ def upsample(input: torch.Tensor, size=None, scale_factor=None, mode: str = 'nea
     if out is not None:
         return out
     check_tensor(input, 'upsample')
-    if torch.jit.is_tracing():
+    if torch.jit.is_tracing() and not standard_export_tracing():
         # jit.trace records a size as a traced value only through F.interpolate's own
-        # call; our checks would fix the traced size (PyTorch checks the arguments)
+        # call; our checks would fix the traced size (PyTorch checks the arguments).
+        # torch.onnx.export's TorchScript tracer keeps the exporter-safe forms.
         return _torch_interpolate(input, size, scale_factor, mode, align_corners,
                                   recompute_scale_factor, antialias,
                                   'torch.jit.trace records F.interpolate (sizes stay traced)')
