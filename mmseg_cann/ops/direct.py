@@ -74,14 +74,19 @@ _any_autocast = getattr(torch._C, '_is_any_autocast_enabled', None) or (
 
 
 def _tune_key():
-    """The tuning switch's name as ``os.environ``'s own table holds it (encoded once):
-    ``key in os.environ._data`` is ``name in os.environ`` without encoding the name on
-    every call (``os.environ`` writes through to that table)."""
+    """The tuning switch's name and the table to look it up in: ``os.environ``'s own
+    table with the name encoded once (``key in os.environ._data`` is ``name in
+    os.environ`` without encoding the name on every call; ``os.environ`` writes through
+    to that table, which it keeps for the life of the process), or ``os.environ``
+    itself where it has no such table."""
     encode = getattr(os.environ, 'encodekey', None)
-    return tuned.ENV_TUNE if encode is None else encode(tuned.ENV_TUNE)
+    table = getattr(os.environ, '_data', None)
+    if encode is None or table is None:
+        return tuned.ENV_TUNE, os.environ
+    return encode(tuned.ENV_TUNE), table
 
 
-_TUNE_KEY = _tune_key()
+_TUNE_KEY, _ENVIRON = _tune_key()
 
 # ----------------------------------------------------------------------------------
 # keys: value and exact type
@@ -185,11 +190,8 @@ def run_cached(builder, args: tuple, input):
     cuda = input.is_cuda
     if not (cuda or input.is_cpu) or _any_autocast() or _is_exporting() or _is_tracing():
         return None
-    environ = getattr(os.environ, '_data', None)  # see _tune_key
-    if (_TUNE_KEY in environ if environ is not None else tuned.ENV_TUNE in os.environ) \
-            and tuned.tuning_enabled():
+    if _TUNE_KEY in _ENVIRON and tuned.tuning_enabled():
         return None
-    state = eager_precision_policy()
     types = tuple(map(type, args))
     if _ATOMS.issuperset(types):  # call_key's common case, inlined
         key = (builder, args, types, input.shape, input.dtype, cuda)
@@ -199,9 +201,10 @@ def run_cached(builder, args: tuple, input):
             return None
         key = (builder, arg_key[0], types, input.shape, input.dtype, cuda)
     entry = _CALLS.get(key)
-    if entry is not None and entry[0] is state:
+    if entry is not None and entry[0] is eager_precision_policy():
         call = entry[1]
         return None if call is None else call[0](input, *call[1])
+    state = eager_precision_policy()
     recorded = fallback_total()
     with direct_calls_disabled():
         result = _OPS[builder](input, *args[:-2], precision=args[-2], backend=args[-1])
