@@ -207,18 +207,54 @@ def dynamic_dims(proto) -> List[List[Union[int, str]]]:
 
 
 class _unwrapped_errors:
-    """Re-raise our own ValueError (an unexportable op) instead of the exporter's wrapper."""
+    """Re-raise our own ValueError (an unexportable op) instead of the exporter's wrapper,
+    and turn the exporter's failure on an attribute computed from a dynamic size into a
+    ValueError naming the rule (:func:`_symbolic_attribute_error`)."""
 
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        chain = []
         seen = exc
-        while seen is not None:
+        while seen is not None and len(chain) < 64:
             if isinstance(seen, ValueError) and 'mmseg_cann' in _origin(seen):
                 raise seen from None
+            chain.append(seen)
             seen = seen.__cause__ or seen.__context__
+        refusal = _symbolic_attribute_error(chain)
+        if refusal is not None:
+            raise refusal from exc
         return False
+
+
+def _symbolic_attribute_error(chain: List[BaseException]) -> Optional[ValueError]:
+    """The refusal for an exporter error chain that failed on a symbolic attribute, else
+    None.
+
+    ONNX attributes are constants of the graph (ONNX IR, "Attributes"): an operator
+    argument that PyTorch computes from a dynamic size, such as the ``groups`` of
+    DMHead's per-sample filters (``F.conv2d(..., groups=batch * channels)``), has no
+    ONNX form; torch's converter stops with ``Unsupported attribute type: SymbolicTensor``
+    deep inside its ``ConversionError``.
+    """
+    import re
+    texts = [str(e) for e in chain]
+    if not any(isinstance(e, TypeError) and 'Unsupported attribute type' in t
+               and 'SymbolicTensor' in t for e, t in zip(chain, texts)):
+        return None
+    joined = '\n'.join(texts)
+    node = re.search(r'target=torch\.ops\.([\w.]+)', joined)
+    attrs = re.search(r"named_attrs=\{(.*?)\}, opset", joined, re.S)
+    symbolic = sorted(set(re.findall(r"'(\w+)': SymbolicTensor", attrs.group(1)))) \
+        if attrs else []
+    where = node.group(1) if node else 'an operator'
+    what = f" ({', '.join(symbolic)})" if symbolic else ''
+    return ValueError(
+        f'dynamic=True: {where} cannot be exported with dynamic sizes: the model computes '
+        f'its attribute{what} from the input size (e.g. a grouped convolution whose groups '
+        'follow the batch size), and ONNX attributes are constants; export with fixed '
+        'shapes (dynamic=False), one graph per input size')
 
 
 def _origin(exc: BaseException) -> str:

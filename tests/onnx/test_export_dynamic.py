@@ -223,6 +223,17 @@ class ForcesSize(torch.nn.Module):
         return upsample(x, size=(int(x.shape[2]) * 2, 5), mode='bilinear')
 
 
+class BatchGroupedConv(torch.nn.Module):
+    """DMHead's per-sample filters: one depthwise 1x1 filter per sample and channel, as a
+    grouped convolution whose ``groups`` is batch x channels (an ONNX attribute)."""
+
+    def forward(self, x):
+        n, c, h, w = x.shape
+        filters = x.mean((2, 3)).reshape(n * c, 1, 1, 1)
+        out = torch.nn.functional.conv2d(x.reshape(1, n * c, h, w), filters, groups=n * c)
+        return out.reshape(n, c, h, w)
+
+
 REFUSED = [
     (ResizeLike(mode='nearest'), 2, 'float32 ratio in/out'),
     (CANNUpsample(scale_factor=1.5, mode='nearest-exact', recompute_scale_factor=True), 1,
@@ -239,6 +250,7 @@ REFUSED = [
     (CANNAdaptiveAvgPool2d((None, 3)), 1, 'depends on the dynamic input'),
     (CANNMaxPool2d(1, 3, 'same'), 1, 'kernel smaller than the stride'),
     (ForcesSize(), 1, 'came out with fixed height'),
+    (BatchGroupedConv(), 1, r'aten.conv2d.default cannot be exported .*attribute \(group\)'),
 ]
 
 
@@ -254,6 +266,16 @@ def test_size_dependent_rules_are_refused(module, n_inputs, message):
     # and the same module exports with fixed shapes where ONNX can express it
     if message in ('keeps small sizes unchanged', 'repeats every input twice', 'area'):
         export_onnx(module.eval(), inputs)
+
+
+def test_batch_grouped_conv_exports_with_fixed_shapes():
+    """The refused attribute is a constant in a fixed-shape graph, which is exact."""
+    x = make_input((2, 3) + TRACED)
+    proto = export_onnx(BatchGroupedConv().eval(), (x,))
+    with torch.no_grad():
+        expected = BatchGroupedConv()(x)
+    got = run_onnx(proto, [x.numpy()])[0]
+    assert float(np.abs(got - expected.numpy()).max()) <= 1e-6
 
 
 # ----------------------------------------------------------------------------------
