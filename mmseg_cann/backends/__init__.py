@@ -12,7 +12,9 @@ backends:
     Ascend NPU, the native PyTorch op otherwise; for the fused ops ``'fused'`` when no
     gradient is needed, ``'native'`` (unfused, differentiable) otherwise. While
     :mod:`mmseg_cann.onnx` traces an export, the export backend it registered in
-    :mod:`mmseg_cann.core.export_mode`.
+    :mod:`mmseg_cann.core.export_mode`; while a standard exporter traces, :mod:`.standard`
+    (the aten op where the exporters translate it exactly, the ``'portable'`` form
+    otherwise; :mod:`mmseg_cann.core.standard_export` has the rule).
 ``'native'``
     PyTorch's own ops (the fused ops unfused).
 ``'reference'``
@@ -27,7 +29,8 @@ backends:
     ops run natively.
 ``'portable'``
     exact forms in plain aten ops that standard exporters (``torch.onnx.export``,
-    ``torch.export``) translate faithfully; what ``'auto'`` uses while they trace.
+    ``torch.export``) translate faithfully, for every call; ``'auto'`` uses them while
+    those trace wherever PyTorch's own aten op would not export exactly.
 ``'triton'``
     the Triton kernels of :mod:`mmseg_cann.kernels` (CUDA, Ascend through triton-ascend,
     CPU under ``TRITON_INTERPRET=1``).
@@ -45,7 +48,7 @@ import torch
 
 from ..core import export_mode
 from ..core import geometry as geo
-from . import auto, fast, fused, native, npu, portable, reference, tuned
+from . import auto, fast, fused, native, npu, portable, reference, standard, tuned
 from . import triton as triton_backend
 
 #: the ops every backend implements
@@ -123,14 +126,14 @@ def check_backend(name, op: str = 'upsample') -> str:
 def get_backend(name: str, op: str = 'upsample') -> object:
     """The backend for ``name``, validated for ``op``. While an ONNX export traces,
     ``'auto'`` resolves to the export backend (:mod:`mmseg_cann.core.export_mode`); while
-    a standard exporter traces, to :mod:`.portable`."""
+    a standard exporter traces, to :mod:`.standard`."""
     check_backend(name, op)
     if name == 'auto':
         exporting = export_mode.export_backend()
         if exporting is not None:
             return exporting
         if export_mode.standard_export_tracing():
-            return portable
+            return standard
     return _REGISTRY[name]
 
 

@@ -1,9 +1,13 @@
 """The ``'portable'`` backend: every op in plain aten forms that standard exporters
 (``torch.onnx.export`` with TorchScript or dynamo, ``torch.export``) translate exactly.
 
-``backend='auto'`` resolves to it while a standard exporter traces (see
-:func:`mmseg_cann.core.export_mode.standard_export_tracing`), so a CANN module exported
-without :func:`mmseg_cann.onnx.export_onnx` is never silently wrong. Measured before this
+While a standard exporter traces (see
+:func:`mmseg_cann.core.export_mode.standard_export_tracing`), ``backend='auto'`` takes
+these forms wherever PyTorch's own aten op would not export exactly
+(:mod:`mmseg_cann.core.standard_export` has the rule, :mod:`.standard` applies it), so a
+CANN module exported without :func:`mmseg_cann.onnx.export_onnx` is never silently
+wrong. ``backend='portable'`` takes them for every call, and the ATC export
+(:mod:`mmseg_cann.onnx.atc_backend`) builds on them. Measured before this
 backend existed: the exporters drop the ``divisor_override`` of the native exclude-pad
 SAME average, and ONNX ``Resize`` reads some legacy nearest sizes differently from
 PyTorch (2 -> 82). The forms, all with sizes fixed at trace time:

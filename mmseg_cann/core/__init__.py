@@ -6,10 +6,13 @@
 * :mod:`.reference` -- float64 reference implementations written from the formulas;
 * :mod:`.taps` -- per-axis index/weight tables for the fast paths;
 * :mod:`.precision` -- the precision policy;
-* :mod:`.export_mode` -- the flag the ONNX layer sets while it traces.
+* :mod:`.export_mode` -- the flag the ONNX layer sets while it traces;
+* :mod:`.standard_export` -- which aten ops torch's standard ONNX exporters translate
+  exactly (what ``backend='auto'`` records under them).
 
 Imports torch and numpy only (no mmseg, mmcv or mmengine).
 """
-from . import export_mode, geometry, precision, reference, taps, validation
+from . import export_mode, geometry, precision, reference, standard_export, taps, validation
 
-__all__ = ['geometry', 'validation', 'reference', 'taps', 'precision', 'export_mode']
+__all__ = ['geometry', 'validation', 'reference', 'taps', 'precision', 'export_mode',
+           'standard_export']

@@ -60,7 +60,9 @@ def is_exporting() -> bool:
 def standard_export_tracing() -> bool:
     """Whether a standard exporter traces right now (``torch.onnx.export`` with TorchScript
     or dynamo, ``torch.export``) outside :func:`export_mode`: ``backend='auto'`` then takes
-    the exporter-safe forms of :mod:`mmseg_cann.backends.portable`."""
+    PyTorch's aten op where the exporters translate it exactly
+    (:mod:`mmseg_cann.core.standard_export`), the exporter-safe forms of
+    :mod:`mmseg_cann.backends.portable` otherwise."""
     if torch.compiler.is_exporting():
         return True
     from torch import onnx as torch_onnx
