@@ -81,6 +81,10 @@ setup(
         'npu': ['torch_npu'],
         'triton': ['triton'],
         'onnx': ['onnx', 'onnxruntime', 'onnxscript'],
+        # torchao's PT2E quantization flow (mmseg_cann.analysis.pt2e); pinned: its
+        # pt2e API moved between releases. It declares no torch requirement, so it never
+        # replaces the torch build installed by hand.
+        'quant': ['torchao==0.18.0'],
         'test': read_requirements('tests.txt'),
     },
     license='Apache-2.0',
