@@ -12,6 +12,9 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.mmseg-cann-installed
 PYTEST_ARGS ?=
+# pytest-xdist worker processes of `make test` (`logical`: one per logical core; 0 runs in one process).
+# A test file runs in one worker (`--dist loadfile`): its module fixtures are made once.
+TEST_WORKERS ?= logical
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export MMCV_WITH_OPS := 1
@@ -47,7 +50,7 @@ demo: env
 	$(PY) tools/demo.py
 
 test: env side-envs
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 clean-env:
 	rm -rf $(VENV)

@@ -8,7 +8,15 @@ selected tests include a test that reads it (:attr:`Check.fixture`), right after
 collection, so it compiles beside the rest of the suite instead of before the tests
 that read it; the fixture of those tests waits for it (:func:`result`). A check that
 was not started (a test selected in a way the collection hook did not see) starts when
-its result is asked for. Output goes to files (a pipe could fill while nobody reads it).
+its result is asked for.
+
+One run of each check serves the whole session, also when pytest-xdist runs the tests
+in several worker processes: the checks live in a session folder (:func:`session_folder`:
+made by the main process, handed to the workers in :data:`FOLDER_ENV`), the first
+process to create a check's subfolder starts it, and everyone reads its files: the
+output (files, as a pipe could fill while nobody reads it), the report, and the exit
+status, which a shell wrapper writes when the command ends. The main process kills what
+still runs and removes the folder at the end of the session (:func:`finish_session`).
 """
 from __future__ import annotations
 
@@ -77,30 +85,65 @@ CHECKS = {
 }
 
 
+#: the environment variable that hands the session folder to pytest-xdist's workers
+FOLDER_ENV = 'MMSEG_CANN_COMPILE_CHECKS'
+
+
+def session_folder(is_worker: bool) -> str:
+    """The folder of this session's checks: a new one in the main process (exported in
+    :data:`FOLDER_ENV`, which the worker processes inherit), the main process's in a
+    pytest-xdist worker."""
+    if is_worker:
+        return os.environ[FOLDER_ENV]
+    folder = tempfile.mkdtemp(prefix='mmseg-cann-checks-')
+    os.environ[FOLDER_ENV] = folder
+    return folder
+
+
 @dataclasses.dataclass
 class Running:
-    """A started check: its process, files and start time."""
+    """A check of this session, started by this process or another: its folder."""
 
     name: str
-    process: subprocess.Popen
     folder: str
-    started: float
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.folder, name)
 
     @property
     def report_path(self) -> str:
-        return os.path.join(self.folder, 'report.json')
+        return self.path('report.json')
 
 
-def start(name: str) -> Running:
-    """Start check ``name`` of :data:`CHECKS` in the background."""
+#: the checks this process started (kept so that the objects live as long as the session)
+_STARTED: Dict[str, subprocess.Popen] = {}
+
+
+def start(name: str, session: str) -> Running:
+    """Start check ``name`` of :data:`CHECKS` in the background, unless another process
+    of the session did (the first to create the check's folder starts it)."""
     check = CHECKS[name]
-    folder = tempfile.mkdtemp(prefix=f'mmseg-cann-{name}-')
-    with open(os.path.join(folder, 'stdout'), 'w') as out, \
-            open(os.path.join(folder, 'stderr'), 'w') as err:
-        process = subprocess.Popen(check.argv(os.path.join(folder, 'report.json')),
-                                   cwd=REPO_ROOT, env=check.env(), stdout=out, stderr=err,
-                                   text=True, start_new_session=True)
-    return Running(name, process, folder, time.monotonic())
+    running = Running(name, os.path.join(session, name))
+    try:
+        os.mkdir(running.folder)
+    except FileExistsError:
+        return running
+    # the exit status goes to a file (read by every process); the start time too, which
+    # the time limit counts from
+    argv = ['sh', '-c', '"$@"; echo $? > "$0.tmp" && mv "$0.tmp" "$0"', running.path('rc'),
+            *check.argv(running.report_path)]
+    with open(running.path('stdout'), 'w') as out, open(running.path('stderr'), 'w') as err:
+        process = _STARTED[name] = subprocess.Popen(argv, cwd=REPO_ROOT, env=check.env(), stdout=out,
+                                   stderr=err, text=True, start_new_session=True)
+    _write(running.path('started'), f'{process.pid} {time.time()}')
+    return running
+
+
+def _write(path: str, text: str) -> None:
+    """Write ``text`` so that a reader sees all of it or no file."""
+    with open(path + '.tmp', 'w') as f:
+        f.write(text)
+    os.replace(path + '.tmp', path)
 
 
 def wanted(items) -> List[str]:
@@ -119,29 +162,49 @@ def result(running: Running):
     """Wait for ``running``; ``(CompletedProcess, report dict or None)``. Past the check's
     time limit (counted from its start) the process is killed and TimeoutExpired raised."""
     check = CHECKS[running.name]
-    left = check.timeout - (time.monotonic() - running.started)
-    try:
-        running.process.wait(timeout=max(left, 1.0))
-    except subprocess.TimeoutExpired:
-        stop(running)
-        raise
-    with open(os.path.join(running.folder, 'stdout')) as f:
+    argv = check.argv(running.report_path)
+    while not os.path.isfile(running.path('rc')):
+        started = _started(running)
+        if started is not None and time.time() - started[1] > check.timeout:
+            _kill(started[0])
+            raise subprocess.TimeoutExpired(argv, check.timeout)
+        time.sleep(0.5)
+    with open(running.path('rc')) as f:
+        returncode = int(f.read())
+    with open(running.path('stdout')) as f:
         stdout = f.read()
-    with open(os.path.join(running.folder, 'stderr')) as f:
+    with open(running.path('stderr')) as f:
         stderr = f.read()
     report = None
     if os.path.isfile(running.report_path):
         with open(running.report_path) as f:
             report = json.load(f)
-    proc = subprocess.CompletedProcess(running.process.args, running.process.returncode,
-                                       stdout, stderr)
-    return proc, report
+    return subprocess.CompletedProcess(argv, returncode, stdout, stderr), report
 
 
-def stop(running: Running) -> None:
-    """Kill ``running`` if it still runs (with its compile workers: its own process
-    group), remove its files."""
-    if running.process.poll() is None:
-        os.killpg(running.process.pid, signal.SIGKILL)
-        running.process.wait()
-    shutil.rmtree(running.folder, ignore_errors=True)
+def _started(running: Running):
+    """``(pid, start time)`` of a check, or None before its starter recorded it."""
+    try:
+        with open(running.path('started')) as f:
+            pid, started = f.read().split()
+    except FileNotFoundError:
+        return None
+    return int(pid), float(started)
+
+
+def _kill(pid: int) -> None:
+    """Kill a check with its compile workers (its own process group)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def finish_session(session: str) -> None:
+    """Kill the session's checks that still run, remove their files (main process)."""
+    for name in CHECKS:
+        running = Running(name, os.path.join(session, name))
+        started = _started(running) if os.path.isdir(running.folder) else None
+        if started is not None and not os.path.isfile(running.path('rc')):
+            _kill(started[0])
+    shutil.rmtree(session, ignore_errors=True)
