@@ -256,6 +256,7 @@ def main(argv=None) -> int:
             from mmseg_cann.onnx.export import dynamic_dims
             print('dynamic input dims (N, C, H, W): ' + '; '.join(
                 str(d) for d in dynamic_dims(proto)))
+            print_domain(proto)
         print(f'exported {out} (target {args.target}, opset {args.opset}, '
               f'{"dynamic" if args.dynamic else "fixed"} shape, '
               f'{"simplified with onnxslim, " if args.simplify else ""}'
@@ -271,6 +272,23 @@ def main(argv=None) -> int:
         print('verification ' + ('passed' if ok else f'FAILED (atol {args.atol}, min '
                                                       f'agreement {args.min_agree})'))
     return 0 if ok else 1
+
+
+def print_domain(proto) -> None:
+    """The sizes the dynamic graph holds for (the conditions torch.export recorded on the
+    input sizes; stored in the graph, checked by mmseg_cann's runners, not by
+    onnxruntime or ATC themselves)."""
+    from mmseg_cann.onnx.dynamic_domain import read_domain
+    domain = read_domain(proto)
+    conditions = domain.conditions() if domain is not None else []
+    if not conditions:
+        print('dynamic domain: every size (no condition on the input sizes)')
+        return
+    print('dynamic domain: the graph holds where all of these hold (outside them it '
+          'computes the traced branch; mmseg_cann.onnx.check_dynamic_domain checks a '
+          'size, onnxruntime and ATC do not):')
+    for line in conditions:
+        print('  ' + line)
 
 
 def verify(args, model, proto, shape) -> bool:

@@ -13,6 +13,8 @@ import torch
 from ..core.export_mode import DEFAULT_OPSET, TARGETS, export_mode
 from . import atc_backend, ops
 from .atc import ATC_MAX_OPSET, atc_reading
+from .dynamic_domain import (attach_domain, check_dynamic_domain, input_sources, not_checkable,
+                             pinned_dims, program_domain)
 from .native_ops import native_ops_as_cann
 from .runtime import constant_values, run_onnx
 from .translation import MIN_OPSET, translation_table
@@ -45,7 +47,11 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
             :func:`~mmseg_cann.core.geometry.ceil_mode_may_drop`) or where the model's
             own code pins a size to the example's. PyTorch's own resize/pool calls in
             the model (``F.interpolate``, ``nn.AdaptiveAvgPool2d``, ``nn.MaxPool2d``...)
-            are exported by the same rules (:mod:`.native_ops`).
+            are exported by the same rules (:mod:`.native_ops`). Where the model's code
+            branches on a size, the graph holds for the sizes where the branches go as
+            traced: that domain (torch.export's ranges and guards) is stored in the
+            graph's metadata and checked by this package's runners
+            (:mod:`.dynamic_domain`, :func:`~.dynamic_domain.check_dynamic_domain`).
         input_names, output_names: graph input/output names.
         simplify: run ``onnxslim.slim`` on the exported graph (PyPI ``onnxslim``,
             ``requirements/tests.txt``); the result is checked like the export.
@@ -99,10 +105,14 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
             output_names=None if output_names is None else list(output_names),
             optimize=True, verbose=False)
     proto = program.model_proto
+    domain = None
     if dynamic:
-        _check_dynamic(proto, getattr(program, 'exported_program', None))
+        domain = _dynamic_domain(model, inputs, proto, [exported, getattr(
+            program, 'exported_program', None)])
     if simplify:
         proto = simplify_onnx(proto)
+    if domain is not None:
+        attach_domain(proto, domain)
     onnx.checker.check_model(proto, full_check=True)
     if path is not None:
         onnx.save(proto, os.fspath(path))
@@ -152,51 +162,71 @@ def simplify_onnx(proto):
         return onnxslim.slim(proto)
 
 
-def _check_dynamic(proto, exported_program=None) -> None:
+def _dynamic_domain(model, inputs, proto, programs):
+    """The graph's :class:`~.dynamic_domain.DynamicDomain`, after :func:`_check_dynamic`
+    and the refusal of guards that cannot be checked (the sizes the graph holds for could
+    not be stated)."""
+    sources = input_sources(model.forward, inputs)
+    names = graph_input_names(proto)
+    programs = [p for k, p in enumerate(programs)
+                if p is not None and all(p is not q for q in programs[:k])]
+    domain = program_domain(programs, sources, names)
+    traced = {s: list(t.shape) for s, t in zip(sources, inputs)}
+    _check_dynamic(proto, domain, traced)
+    unchecked = not_checkable(domain, traced)
+    if unchecked:
+        raise ValueError(
+            f'dynamic=True: the model cannot be exported with dynamic sizes: torch.export '
+            f'guards the input sizes with {unchecked[0]!r}, which mmseg_cann cannot '
+            'evaluate (outside the guard vocabulary of mmseg_cann.onnx.guard_expr), so the '
+            'sizes the graph holds for cannot be stated; export with fixed shapes '
+            '(dynamic=False), one graph per input size')
+    return domain
+
+
+def _check_dynamic(proto, domain=None, traced=None) -> None:
     """Refuse a 'dynamic' export whose batch, height or width came out fixed.
 
     The CANN ops keep symbolic sizes symbolic (or refuse a size-dependent rule), but
     other code in a model can still force a value (an ``int()`` of a size, a branch on
     it); torch.export then specialises that dimension to the example input -- either
     as a fixed ONNX dim, or (``Dim.AUTO``) as a symbol whose range is the one traced
-    value, which the ONNX graph would not show; or a dim named by the value, such as
-    ``'10'``, when an exported program is converted -- and the graph, valid for that
-    size only, is rejected rather than passed off as dynamic.
+    value, or a symbol guarded to it (``L['x'].size()[0] == 1``), which the ONNX graph
+    would not show; or a dim named by the value, such as ``'10'``, when an exported
+    program is converted -- and the graph, valid for that size only, is rejected rather
+    than passed off as dynamic (:func:`~.dynamic_domain.pinned_dims` reads the range and
+    the guards).
     """
-    pinned = _pinned_input_dims(exported_program)
-    for k, value in enumerate(proto.graph.input):
+    pinned = {} if domain is None else {(k, axis): reasons for k, axis, reasons
+                                        in pinned_dims(domain, traced)}
+    inputs = {n: i for i, n in enumerate(graph_input_names(proto))}
+    for value in proto.graph.input:
+        if value.name not in inputs:
+            continue
+        k = inputs[value.name]
         dims = value.type.tensor_type.shape.dim
         if len(dims) != 4:
             continue
         fixed = [name for axis, name in ((0, 'batch'), (2, 'height'), (3, 'width'))
                  if dims[axis].HasField('dim_value') or dims[axis].dim_param.isdigit()
                  or (k, axis) in pinned]
+        # the shortest reasons, over the graph's input names ("guard input.shape[0] == 1")
+        why = sorted({domain.render(r) for axis in (0, 2, 3)
+                      for r in pinned.get((k, axis), [])}, key=len)
+        why = why[:2] + ([f'{len(why) - 2} more'] if len(why) > 2 else [])
         if fixed:
             raise ValueError(
                 f'dynamic=True: input {value.name!r} came out with fixed '
                 f'{", ".join(fixed)} {[d.dim_param or d.dim_value for d in dims]}: code in '
                 'the model forces the traced size (an int() of a size or a branch on it, '
-                'outside the CANN ops); export with fixed shapes (dynamic=False), one '
-                'graph per input size')
+                'outside the CANN ops' + (f"; torch.export's {'; '.join(why)}" if why else '')
+                + '); export with fixed shapes (dynamic=False), one graph per input size')
 
 
-def _pinned_input_dims(exported_program) -> set:
-    """``(input index, axis)`` of user inputs whose symbolic dim torch.export pinned to a
-    single value (range ``[v, v]``)."""
-    if exported_program is None:
-        return set()
-    user_inputs = list(exported_program.graph_signature.user_inputs)
-    ranges = exported_program.range_constraints
-    placeholders = {n.name: n for n in exported_program.graph.nodes if n.op == 'placeholder'}
-    pinned = set()
-    for k, name in enumerate(user_inputs):
-        val = placeholders[name].meta.get('val') if name in placeholders else None
-        for axis, dim in enumerate(getattr(val, 'shape', ())):
-            expr = getattr(getattr(dim, 'node', None), 'expr', None)
-            bound = ranges.get(expr) if expr is not None else None
-            if bound is not None and bound.lower == bound.upper:
-                pinned.add((k, axis))
-    return pinned
+def graph_input_names(proto) -> List[str]:
+    """The graph's inputs that are not initializers, in order (the model's inputs)."""
+    initializers = {t.name for t in proto.graph.initializer}
+    return [i.name for i in proto.graph.input if i.name not in initializers]
 
 
 def dynamic_dims(proto) -> List[List[Union[int, str]]]:
@@ -296,6 +326,9 @@ def verify_onnx(model_proto, model: torch.nn.Module,
     shows what a deployment through ATC computes; an :class:`~.atc.AtcReadError` says
     that ATC rejects the graph or reads it without a defined result.
 
+    A dynamic graph is compared only at the sizes it holds for: ``ValueError`` (from
+    :func:`~.dynamic_domain.check_dynamic_domain`) for an input outside them.
+
     Returns one dict per input: ``max_abs`` (over all outputs), ``argmax_agree`` (fraction
     of pixels whose channel argmax agrees, first output) and ``shape``.
     """
@@ -303,6 +336,8 @@ def verify_onnx(model_proto, model: torch.nn.Module,
     model.eval()
     for item in inputs:
         item = (item,) if isinstance(item, torch.Tensor) else tuple(item)
+        # a dynamic graph: only at the sizes it holds for (ValueError naming the guard)
+        check_dynamic_domain(model_proto, [tuple(t.shape) for t in item])
         with torch.no_grad():
             expected = model(*item)
         expected = [expected] if isinstance(expected, torch.Tensor) else list(expected)

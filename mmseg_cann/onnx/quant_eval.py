@@ -17,6 +17,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 
 from .calibration import dataset_batches
+from .dynamic_domain import check_dynamic_domain
 from .quantize import calibration_reader, graph_inputs
 
 #: the result names of :func:`evaluate_quantized`
@@ -83,6 +84,7 @@ def evaluate_quantized(cfg, model, dataset, proto_fp32, proto_int8, count: int,
         with torch.no_grad():
             logits = {'fp32': model(torch.from_numpy(inputs))}
         for variant, sess in sessions.items():
+            check_dynamic_domain(proto_fp32, {name: inputs.shape})
             logits[variant] = torch.from_numpy(sess.run(None, {name: inputs})[0])
         labels = {}
         for variant in VARIANTS:

@@ -26,6 +26,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from .atc import name_nodes
+from .dynamic_domain import attach_domain, check_dynamic_domain, read_domain
 from .quant_rules import (REASON_USER, FloatRule, check_node_names, float_nodes,
                           graph_maps, max_padding_nodes, scale_changes)
 
@@ -158,6 +159,8 @@ def quantize_model(model_fp32, calibration, path: Optional[Union[str, os.PathLik
     name_nodes(model)
     check_node_names(model, exclude)  # before any work
     feeds = _feeds(batches, graph_inputs(model))
+    for feed in feeds:  # a dynamic graph calibrated only where it holds
+        check_dynamic_domain(model, {n: a.shape for n, a in feed.items()})
 
     with tempfile.TemporaryDirectory() as tmp:
         source = os.path.join(tmp, 'model.onnx')
@@ -193,6 +196,9 @@ def quantize_model(model_fp32, calibration, path: Optional[Union[str, os.PathLik
     changed = scale_changes(quantized)
     if changed:  # onnxruntime's Direct8Bit quantizers share the input's parameters
         raise RuntimeError(f'quantization requantized the outputs of {changed}')
+    domain = read_domain(model)
+    if domain is not None:  # the int8 graph holds where the float one does
+        attach_domain(quantized, domain)
     onnx.checker.check_model(quantized)
     if path is not None:
         onnx.save(quantized, os.fspath(path))

@@ -6,10 +6,17 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
+from .dynamic_domain import check_dynamic_domain
+
 
 def run_onnx(model_proto, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
-    """Run the graph in onnxruntime (CPU, graph optimisations off: the graph as exported)."""
+    """Run the graph in onnxruntime (CPU, graph optimisations off: the graph as exported).
+
+    A dynamic graph's inputs are first checked against the sizes it holds for
+    (:func:`~.dynamic_domain.check_dynamic_domain`; ``ValueError`` outside them).
+    """
     import onnxruntime as ort
+    check_dynamic_domain(model_proto, [np.shape(a) for a in inputs])
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.intra_op_num_threads = 1

@@ -2,7 +2,9 @@
 logits) and its decode head alone, exported with ``dynamic=True`` at one size, is either
 exact in onnxruntime at two other sizes -- one where the pyramid/pooling maps are
 smaller than their bins, one where they are larger -- or refused with a ``ValueError``
-naming the rule. Never a silently wrong graph, never an onnxruntime crash.
+naming the rule: at export, or at a size outside the graph's domain (where a size branch
+of the model went otherwise than traced). Never a silently wrong graph, never an
+onnxruntime crash.
 
 ``fuse_resize_conv`` is a parameter of the sweep (:data:`VARIANTS`), so a rewritten model
 is swept the same way.
@@ -21,7 +23,7 @@ from tests._model_sweep import NOT_BUILT, NOT_RUNNING, base_model_names, build_b
 
 pytest.importorskip('onnxruntime')
 pytest.importorskip('onnxscript')
-from mmseg_cann.onnx import export_onnx  # noqa: E402
+from mmseg_cann.onnx import check_dynamic_domain, export_onnx  # noqa: E402
 from mmseg_cann.onnx.export import run_onnx  # noqa: E402
 
 #: traced (H, W), then the checked sizes: 1/8 maps 4x6 and 1/32 maps 1x2 (smaller than
@@ -98,17 +100,26 @@ def _head_inputs(segmentor, x):
 
 def _sweep_one(module, make_inputs):
     """Export ``module`` dynamically at TRACED and run it at CHECKED. Returns
-    ``('refused', message)`` or ``('exact', [(hw, max_abs or why not run)...])``; a
-    wrong graph or an onnxruntime failure fails the test."""
+    ``('refused', message)`` or ``('exact', [(hw, max_abs or why not run)...])``, where a
+    size outside the graph's domain (the sizes its size branches hold for,
+    ``mmseg_cann.onnx.check_dynamic_domain``) is refused at that size with the guard; a
+    wrong graph inside the domain or an onnxruntime failure fails the test."""
     traced = make_inputs(TRACED, 0)
     try:
         proto = export_onnx(module, traced, dynamic=True)
     except ValueError as exc:
         assert any(rule in str(exc) for rule in RULES), exc
         return 'refused', str(exc)
+    check_dynamic_domain(proto, [tuple(t.shape) for t in traced])  # holds where traced
     errors = []
     for k, hw in enumerate(CHECKED):
         inputs = make_inputs(hw, k + 1)
+        try:
+            check_dynamic_domain(proto, [tuple(t.shape) for t in inputs])
+        except ValueError as exc:
+            assert 'outside the sizes this dynamic graph holds for' in str(exc), exc
+            errors.append((hw, f'refused at this size: {exc}'))
+            continue
         try:
             with torch.no_grad():
                 expected = module(*inputs)
@@ -123,7 +134,8 @@ def _sweep_one(module, make_inputs):
             err = max(err, float(np.abs(g - e.numpy()).max()))
         assert err <= ATOL, (hw, err, [float(e.abs().max()) for e in expected])
         errors.append((hw, err))
-    assert any(isinstance(e, float) for _, e in errors), errors  # checked at some size
+    # checked at some size: exact, or refused by the graph's domain
+    assert any(isinstance(e, float) or e.startswith('refused') for _, e in errors), errors
     return 'exact', errors
 
 
@@ -169,6 +181,7 @@ def sweep_model(name: str, variant: str):
 @pytest.mark.parametrize('variant', sorted(VARIANTS))
 @pytest.mark.parametrize('name', SWEEP)
 def test_dynamic_export_exact_or_refused(name, variant, record_property):
-    outcome, with_head = sweep_model(name, variant)
+    (outcome, detail), with_head = sweep_model(name, variant)
     record_property('outcome', outcome)
+    record_property('detail', detail)  # the refusal, or per checked size
     record_property('with_head', with_head)

@@ -155,6 +155,7 @@ def test_tool_dynamic_export_verified_at_other_sizes(tool, tmp_path, monkeypatch
     assert tool.main(args) == 0
     text = capsys.readouterr().out
     assert 'dynamic shape' in text and 'verification passed' in text
+    assert 'dynamic domain: ' in text
     # symbolic batch, height and width; three sizes verified, two inputs each
     dims = [line for line in text.splitlines() if line.startswith('dynamic input dims')]
     assert len(dims) == 1 and dims[0].count("'s") == 3, dims
@@ -162,6 +163,42 @@ def test_tool_dynamic_export_verified_at_other_sizes(tool, tmp_path, monkeypatch
         assert text.count(f'input {shape}: max abs error') == 2, shape
     # default verification sizes: another batch and both sizes changed
     assert tool.dynamic_verification_shapes(64, 128) == [(2, 3, 96, 96), (1, 3, 80, 176)]
+
+
+def _branching_model(*args, **kwargs):
+    import torch
+    import torch.nn.functional as F
+
+    class ResizeBackWhenOdd(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 3, 3, 2, 1)
+
+        def forward(self, x):
+            y = F.interpolate(self.conv(x), scale_factor=2, mode='bilinear')
+            if y.shape != x.shape:  # taken at odd sizes only
+                y = F.interpolate(y, size=x.shape[2:], mode='bilinear')
+            return x + y
+    torch.manual_seed(0)
+    return ResizeBackWhenOdd().eval()
+
+
+def test_tool_dynamic_domain_printed_and_checked(tool, tmp_path, monkeypatch, capsys):
+    """The conditions of the graph's domain are printed; --verify-shape inside it is
+    verified, outside it is refused by the domain check (not run into onnxruntime)."""
+    monkeypatch.setattr(tool, 'build_model', _branching_model)
+    args = [SHIPPED_PSPNET, '--shape', '12', '20', '--out', str(tmp_path / 'odd.onnx'),
+            '--dynamic', '--verify', '--verify-shape', '8', '14']
+    assert tool.main(args) == 0
+    text = capsys.readouterr().out
+    assert 'dynamic domain: the graph holds where all of these hold' in text
+    assert '  (2 + 2*(((-1) + input.shape[2]) // 2)) == input.shape[2]' in text
+    assert text.count('input (1, 3, 8, 14): max abs error') == 2
+    assert tool.main(args[:-2] + ['9', '14']) == 1
+    text = capsys.readouterr().out
+    assert text.count('input (1, 3, 9, 14): FAILED (ValueError: outside the sizes this '
+                      "dynamic graph holds for: input 'input' of shape (1, 3, 9, 14)") == 2
+    assert 'verification FAILED' in text
 
 
 def _nearest_resize_model(*args, **kwargs):
