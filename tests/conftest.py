@@ -5,6 +5,16 @@ import os
 
 import pytest
 
+# ``@triton.jit`` (Triton's own ``triton.language`` helpers such as ``tl.max`` included)
+# reads ``TRITON_INTERPRET`` when a function is defined, so the variable must be set
+# before anything imports triton: torchao (tests/analysis/test_pt2e.py) and other test
+# modules do at collection, and pytest-xdist workers collect the files in their own
+# order. This root conftest is imported before every test module. The kernel tests run
+# under the interpreter on the CPU (tests/kernels/conftest.py); the compile checks run in
+# processes without it (tests/_compile_checks.py).
+if os.environ.get('MMSEG_CANN_KERNEL_DEVICE', 'cpu') == 'cpu':
+    os.environ['TRITON_INTERPRET'] = '1'
+
 
 @pytest.fixture(autouse=True)
 def _isolated_precision_policy():
