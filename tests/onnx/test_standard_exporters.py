@@ -230,12 +230,18 @@ def _aten_ops(model, inputs):
 _AVERAGING = ('avg_pool2d', 'adaptive_avg_pool2d', 'upsample_bilinear2d')
 
 
+def _modules_and_inputs(cases):
+    """The modules of ``(module, (H, W), op)`` cases and a seeded 1x2xHxW input each."""
+    modules = [m for m, _, _ in cases]
+    inputs = [make_input((1, 2) + hw, seed=k) for k, (_, hw, _) in enumerate(cases)]
+    return modules, inputs
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('exporter', EXPORTERS)
 def test_aten_forms_are_recorded_and_export_exactly(exporter):
     cases = _aten_cases()
-    modules = [m for m, _, _ in cases]
-    inputs = [make_input((1, 2) + hw, seed=k) for k, (_, hw, _) in enumerate(cases)]
+    modules, inputs = _modules_and_inputs(cases)
     if exporter == 'torchscript':  # the graph check once, on torch.export
         for (m, hw, op), x in zip(cases, inputs):
             ops = _aten_ops(m.eval(), [x])
@@ -251,8 +257,7 @@ def test_aten_forms_are_recorded_and_export_exactly(exporter):
 @pytest.mark.parametrize('exporter', EXPORTERS)
 def test_cases_outside_the_rule_keep_the_portable_forms_and_export_exactly(exporter):
     cases = _portable_cases()
-    modules = [m for m, _, _ in cases]
-    inputs = [make_input((1, 2) + hw, seed=k) for k, (_, hw, _) in enumerate(cases)]
+    modules, inputs = _modules_and_inputs(cases)
     aten = ('upsample_bilinear2d', 'upsample_nearest2d', '_upsample_nearest_exact2d',
             'upsample_bicubic2d', '_upsample_bilinear2d_aa', 'adaptive_avg_pool2d')
     if exporter == 'torchscript':
