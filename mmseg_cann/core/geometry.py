@@ -286,14 +286,23 @@ class UpsampleSpec:
 def upsample_output_size(in_size: int, scale: float) -> int:
     """``floor(in * scale)`` computed in double precision, as PyTorch does.
 
-    A symbolic ``in_size`` gives a symbolic size: ``in * k`` for an integral scale
-    ``k`` (exact, and provably equal to other ``k * n`` sizes), else ``floor(in * scale)``.
+    A symbolic ``in_size`` gives a symbolic size in integer arithmetic where that is
+    exact: a scale ``p / 2**m`` with a small numerator (0.5, 0.25, 1.5, 2, ...) makes
+    ``in * scale`` exact in double precision for every size below 2**32, so
+    ``floor(in * scale) == (in * p) // 2**m`` (``in * k`` for an integral scale, provably
+    equal to other ``k * n`` sizes). Other scales give ``floor(in * scale)`` on a symbolic
+    float, which torch.export evaluates less reliably.
     """
     if is_symbolic(in_size):
-        if float(scale).is_integer():
-            return in_size * int(scale)
+        num, den = float(scale).as_integer_ratio()  # den is a power of two
+        if num < _EXACT_NUMERATOR_LIMIT:
+            return in_size * num if den == 1 else (in_size * num) // den
         return math.floor(in_size * scale)
     return math.floor(float(in_size) * scale)
+
+
+#: ``n * num`` stays below 2**53 (exact in double) for every size ``n < 2**32``
+_EXACT_NUMERATOR_LIMIT = 2 ** 21
 
 
 def scale_keeps_size(scale: float, min_size: int = 1) -> Optional[bool]:

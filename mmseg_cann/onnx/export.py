@@ -17,7 +17,7 @@ from .dynamic_domain import (attach_domain, check_dynamic_domain, input_sources,
                              pinned_dims, program_domain)
 from .native_ops import native_ops_as_cann
 from .runtime import constant_values, run_onnx
-from .translation import MIN_OPSET, translation_table
+from .translation import MIN_OPSET, size_arithmetic_table, translation_table
 
 #: ONNX ops whose attributes :func:`node_summary` prints
 SUMMARY_OPS = ('Resize', 'MaxPool', 'AveragePool', 'GlobalAveragePool', 'GlobalMaxPool')
@@ -407,4 +407,5 @@ def _custom_translation_table(opset: int) -> Dict[object, object]:
     table = {getattr(torch.ops.mmseg_cann, name).default: fn
              for name, fn in translation_table(opset).items()}
     table.update(ops.roi_translation_table(opset))
+    table.update(size_arithmetic_table(opset))
     return table

@@ -385,6 +385,28 @@ def translation_table(opset: int) -> Dict[object, object]:
             'max_pool2d': max_pool, 'avg_pool2d': avg_pool, 'adaptive_avg_pool2d': adaptive}
 
 
+def size_arithmetic_table(opset: int) -> Dict[object, object]:
+    """Translations of the Python integer operators torch.export records for symbolic
+    sizes, where the exporter's own are wrong for some sizes.
+
+    ``operator.floordiv``: the exporter emits ONNX ``Div``, which truncates toward zero;
+    Python floors. They differ for negative quotients, and torch's size algebra writes
+    ``ceil(a / b)`` as ``-((-a) // b)`` (ICNet's ``1 + (-1 + H // 2) // 2`` chains), so
+    the truncating form gives a map one pixel too small at some sizes. Here: ``Div``
+    minus one where the remainder is non-zero and the signs differ (torch's own
+    ``floor_divide`` rule).
+    """
+    import operator
+    op = _opset(opset)
+
+    def floordiv(a, b):
+        truncated = op.Div(a, b)
+        signs_differ = op.Xor(op.Less(a, op.CastLike(0, a)), op.Less(b, op.CastLike(0, b)))
+        inexact = op.Not(op.Equal(op.Mul(truncated, b), a))
+        return op.Sub(truncated, op.CastLike(op.And(signs_differ, inexact), truncated))
+    return {operator.floordiv: floordiv}
+
+
 def adaptive_avg_pool(op, opset: int, x, in_size, out_size):
     """Adaptive average pooling as ONNX nodes.
 

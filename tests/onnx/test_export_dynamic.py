@@ -142,6 +142,24 @@ def test_dynamic_upsample_to_size_matches_pytorch():
             assert err <= tol, (k, sizes, err)
 
 
+class CeilDivisionSizes(torch.nn.Module):
+    """Sizes written as ceiling divisions, ``-((-n) // k)``: torch's size algebra writes
+    strided-conv chains this way (ICNet), so the graph's integer ``//`` must floor as
+    Python does for negative operands (ONNX ``Div`` truncates)."""
+
+    def forward(self, x):
+        h, w = x.shape[-2:]
+        return upsample(x, size=(-((-h) // 4), -((3 - w) // 3) + 1), mode='bilinear')
+
+
+def test_dynamic_sizes_with_negative_floor_division():
+    for sizes, inputs, expected, got in _run_at_sizes(CeilDivisionSizes(), 1, rounds=8):
+        h, w = sizes[0]
+        assert got[0].shape[-2:] == (math.ceil(h / 4), math.ceil((w - 3) / 3) + 1), sizes
+        err = float(np.abs(expected[0].numpy() - got[0]).max())
+        assert err <= _tolerance('bilinear', sizes), (sizes, err)
+
+
 #: pooling settings whose ONNX form is exact for every size (ceil_mode ones only where
 #: PyTorch's last-window rule cannot apply: padding <= effective kernel - stride)
 POOL_SETTINGS = [
