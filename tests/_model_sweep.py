@@ -76,12 +76,19 @@ def _shrink_resnet(model_cfg) -> None:
     neck = model_cfg.get('neck')
     if neck is not None:
         _r18_channels(neck)
+    # JPU's fused map has mid_channels per dilation whatever the trunk; a head reading
+    # it keeps its width (the backbone's last map is not passed through, so the widths
+    # cannot be confused)
+    jpu_fused = (neck.mid_channels * len(neck.dilations)
+                 if neck is not None and neck.type == 'JPU' else None)
     heads = [model_cfg.get('decode_head'), model_cfg.get('auxiliary_head')]
     for head in heads:
         for one in head if isinstance(head, (list, tuple)) else [head]:
             # a neck that makes new maps (FPN) feeds the heads its own widths; JPU passes
             # the backbone's maps through besides its fused one
-            if one is not None and (neck is None or neck.type == 'JPU'):
+            if one is None or one.get('in_channels') == jpu_fused:
+                continue
+            if neck is None or neck.type == 'JPU':
                 _r18_channels(one)
 
 

@@ -30,6 +30,9 @@ from mmseg_cann.onnx.export import run_onnx  # noqa: E402
 #: PSP's 6 bins), then 1/8 maps 28x24 and 1/32 maps 7x6 (larger; 28 = 4*6+4, unequal bins)
 TRACED = (64, 64)
 CHECKED = [(32, 48), (224, 192)]
+#: configs whose layers need larger inputs: (traced, checked). LRASPP's image pool is an
+#: AvgPool2d(49, stride=(16, 20)) on the 1/8 map, so inputs start at 392 pixels.
+SIZES = {'lraspp_m-v3-d8': ((392, 392), [(400, 456), (520, 392)])}
 #: tools/export_onnx.py's --atol (whole models, float32)
 ATOL = 1e-4
 
@@ -98,13 +101,13 @@ def _head_inputs(segmentor, x):
     return tuple(feats)
 
 
-def _sweep_one(module, make_inputs):
-    """Export ``module`` dynamically at TRACED and run it at CHECKED. Returns
+def _sweep_one(module, make_inputs, traced_hw=TRACED, checked=CHECKED):
+    """Export ``module`` dynamically at ``traced_hw`` and run it at ``checked``. Returns
     ``('refused', message)`` or ``('exact', [(hw, max_abs or why not run)...])``, where a
     size outside the graph's domain (the sizes its size branches hold for,
     ``mmseg_cann.onnx.check_dynamic_domain``) is refused at that size with the guard; a
     wrong graph inside the domain or an onnxruntime failure fails the test."""
-    traced = make_inputs(TRACED, 0)
+    traced = make_inputs(traced_hw, 0)
     try:
         proto = export_onnx(module, traced, dynamic=True)
     except ValueError as exc:
@@ -112,7 +115,7 @@ def _sweep_one(module, make_inputs):
         return 'refused', str(exc)
     check_dynamic_domain(proto, [tuple(t.shape) for t in traced])  # holds where traced
     errors = []
-    for k, hw in enumerate(CHECKED):
+    for k, hw in enumerate(checked):
         inputs = make_inputs(hw, k + 1)
         try:
             check_dynamic_domain(proto, [tuple(t.shape) for t in inputs])
@@ -165,8 +168,9 @@ def sweep_model(name: str, variant: str):
     """:func:`_sweep_one` of config ``name`` after ``VARIANTS[variant]``: its logits and,
     unless a cascade or fed other than 4-D maps, its decode head alone."""
     segmentor = VARIANTS[variant](build_base_model(name))
+    traced_hw, checked = SIZES.get(name, (TRACED, CHECKED))
     with_head = (not isinstance(segmentor.decode_head, torch.nn.ModuleList)
-                 and _head_inputs(segmentor, _image(TRACED, 0)) is not None)
+                 and _head_inputs(segmentor, _image(traced_hw, 0)) is not None)
 
     def inputs(hw, seed):
         image = _image(hw, seed)
@@ -174,7 +178,7 @@ def sweep_model(name: str, variant: str):
     # without the head, the logits alone (a model taking *feats with no feats would not
     # match torch.export's dynamic_shapes structure)
     module = ModelAndHead(segmentor, True) if with_head else Logits(segmentor)
-    return _sweep_one(module.eval(), inputs), with_head
+    return _sweep_one(module.eval(), inputs, traced_hw, checked), with_head
 
 
 @pytest.mark.slow

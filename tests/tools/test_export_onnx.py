@@ -8,6 +8,8 @@ import pytest
 
 from tests._helpers import run_python
 
+from .conftest import import_tool
+
 pytest.importorskip('onnxruntime')
 
 SHIPPED_PSPNET = 'configs/cityscapes/pspnet_r50-d8_cann_4xb2-40k_cityscapes-512x1024.py'
@@ -100,13 +102,7 @@ def test_shipped_drive_unet_dynamic_export_verified(tmp_path):
 @pytest.fixture
 def tool(monkeypatch):
     """tools/export_onnx.py imported in-process."""
-    import importlib
-    import sys
-
-    from tests._helpers import REPO_ROOT
-    monkeypatch.syspath_prepend(REPO_ROOT + '/tools')
-    sys.modules.pop('export_onnx', None)
-    return importlib.import_module('export_onnx')
+    return import_tool(monkeypatch, 'export_onnx')
 
 
 def _tiny_model(*args, **kwargs):

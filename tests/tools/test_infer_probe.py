@@ -14,17 +14,15 @@ import torch
 
 from tests._helpers import REPO_ROOT, run_python
 
+from .conftest import import_tool
+
 DEMO = 'configs/medical/unet-s5-d16_fcn_cann_1xb4-300iter_synthetic-drive-64x64.py'
 
 
 @pytest.fixture
 def tool(monkeypatch):
     """tools/infer.py imported in-process (its naming and checks)."""
-    import importlib
-    import sys
-    monkeypatch.syspath_prepend(REPO_ROOT + '/tools')
-    sys.modules.pop('infer', None)
-    return importlib.import_module('infer')
+    return import_tool(monkeypatch, 'infer')
 
 
 def _image(path, hw=(64, 64), seed=0, channels=3, dtype=np.uint8):

@@ -10,7 +10,7 @@ import torch
 
 from tests._helpers import run_python
 
-from .conftest import DEMO
+from .conftest import DEMO, run_tool_in_process
 
 pytest.importorskip('onnxruntime')
 
@@ -100,13 +100,23 @@ def _cases(f, drive):
     ]
 
 
+def _assert_refused(mistakes, args, words, status, stderr):
+    lines = stderr.strip().splitlines()
+    assert status == 2, (args, stderr)
+    assert 'Traceback' not in stderr, args
+    assert all(w in lines[-1] for w in words), (args, lines[-1])
+    assert not (mistakes / 'out').exists(), args
+    assert not [p for p in mistakes.iterdir() if p.name.startswith('.quantize-')]
+
+
 @pytest.mark.slow
-def test_user_mistakes_exit_2_with_one_line(mistakes, drive):
-    for args, words in _cases(mistakes, drive):
-        result = run_python(['tools/quantize.py'] + args, timeout=300)
-        lines = result.stderr.strip().splitlines()
-        assert result.returncode == 2, (args, result.stdout + result.stderr)
-        assert 'Traceback' not in result.stderr, args
-        assert all(w in lines[-1] for w in words), (args, lines[-1])
-        assert not (mistakes / 'out').exists(), args
-        assert not [p for p in mistakes.iterdir() if p.name.startswith('.quantize-')]
+def test_user_mistakes_exit_2_with_one_line(mistakes, drive, monkeypatch, capsys):
+    """Every mistake through the tool's own entry (in this process: a new interpreter
+    per case would cost more than the checks), and the first as a real command line."""
+    cases = _cases(mistakes, drive)
+    for args, words in cases:
+        status, _, err = run_tool_in_process(monkeypatch, capsys, 'quantize', args)
+        _assert_refused(mistakes, args, words, status, err)
+    args, words = cases[0]
+    result = run_python(['tools/quantize.py'] + args, timeout=300)
+    _assert_refused(mistakes, args, words, result.returncode, result.stderr)
