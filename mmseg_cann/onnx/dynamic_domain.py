@@ -253,7 +253,10 @@ def _pinning(domain, item, axis, traced) -> Optional[List[str]]:
         probe = {s: list(shape) for s, shape in traced.items()}
         for source, other in others:
             probe[source][other] = traced[source][other] * f + o
-        for candidate in range(max(lo, 1), (limit if hi is None else min(hi, limit)) + 1):
+        # nearest the traced size first: an unpinned dim is usually shown so at once
+        candidates = sorted(range(max(lo, 1), (limit if hi is None else min(hi, limit)) + 1),
+                            key=lambda c: (abs(c - size), c))
+        for candidate in candidates:
             probe[item.source][axis] = candidate
             failing = [g for g in own if evaluate_guard(g, probe) is False]
             if not failing and candidate != size:

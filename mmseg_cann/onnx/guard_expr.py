@@ -13,6 +13,7 @@ interval arithmetic.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import re
 from typing import List, Mapping, Optional, Sequence, Tuple
@@ -64,7 +65,10 @@ def evaluate_guard(guard: str, shapes: Mapping[str, Sequence[int]]) -> Optional[
         return None
 
 
+@functools.lru_cache(maxsize=4096)
 def _parse(guard: str) -> ast.AST:
+    """The guard's syntax tree (cached: a domain check evaluates each guard at many
+    sizes; the evaluator only reads the tree)."""
     try:
         return ast.parse(guard, mode='eval').body
     except SyntaxError as exc:

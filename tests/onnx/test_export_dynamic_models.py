@@ -48,9 +48,9 @@ VARIANTS = {'plain': lambda model: model, 'fuse_resize_conv': _fused}
 #: the configs ``make test`` sweeps (each kind of size-dependent rule: pyramid and
 #: adaptive pooling bins, ASPP's image pool, ceil-mode pools, the rewritten heads of
 #: ``fuse_resize_conv``); ``MMSEG_CANN_FULL_SWEEP=1`` sweeps every config (1-2 hours on
-#: the 2-core machine)
-CI_CONFIGS = ('apcnet_r50-d8', 'deeplabv3_r50-d8', 'pspnet_r50-d8', 'segformer_mit-b0',
-              'upernet_r50')
+#: the 2-core machine). SegFormer and DPT are refused at export (torch.export's guards
+#: pin their batch), which tests/onnx/test_dynamic_domain.py covers in seconds.
+CI_CONFIGS = ('apcnet_r50-d8', 'deeplabv3_r50-d8', 'pspnet_r50-d8', 'upernet_r50')
 FULL_SWEEP = os.environ.get('MMSEG_CANN_FULL_SWEEP') == '1'
 #: the rule names a refusal's message must contain one of
 RULES = ('cannot be exported', 'came out with fixed')
@@ -148,8 +148,11 @@ SWEEP = SWEPT if FULL_SWEEP else [n for n in SWEPT if n in CI_CONFIGS]
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not FULL_SWEEP, reason='builds every config: with the full sweep '
+                    '(MMSEG_CANN_FULL_SWEEP=1)')
 def test_configs_left_out_are_the_known_ones():
-    """The configs left out of the sweep are exactly those that do not build or run."""
+    """The configs left out of the sweep are exactly those that do not build or run
+    (with the full sweep, which they are left out of)."""
     failing = {}
     for name in base_model_names():
         try:
