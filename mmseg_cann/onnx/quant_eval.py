@@ -114,7 +114,8 @@ def lossy_nodes(prepared_fp32, proto_int8, inputs: Sequence[np.ndarray],
     """The ``top`` activations with the lowest signal-to-quantization-noise ratio (dB)
     of their own quantize/dequantize step (``qdq_sqnr``), with the SQNR of the int8
     graph's value against the float graph's (``xmodel_sqnr``, the error accumulated up
-    to there) and the node that writes them. onnxruntime's ``qdq_loss_debug`` on the
+    to there) and the node that writes them; activations that are zero on every input
+    are left out (no signal, no loss). onnxruntime's ``qdq_loss_debug`` on the
     float graph the quantizer saw (``prepared_fp32``) and the int8 graph."""
     import onnx
     from onnxruntime.quantization.qdq_loss_debug import (
@@ -130,12 +131,18 @@ def lossy_nodes(prepared_fp32, proto_int8, inputs: Sequence[np.ndarray],
             modify_model_output_intermediate_tensors(path, path + '.aug.onnx')
             acts[label] = collect_activations(path + '.aug.onnx', calibration_reader(
                 [{name: x} for x in inputs]))
-    errors = compute_activation_error(create_activation_matching(acts['qdq'], acts['float']))
+    matching = create_activation_matching(acts['qdq'], acts['float'])
+    errors = compute_activation_error(matching)
     producers = {o: n for n in prepared_fp32.graph.node for o in n.output}
     rows = []
     for tensor, err in errors.items():
         node = producers.get(tensor)
         if node is None or 'qdq_err' not in err or node.op_type in _FOLDED:
+            continue
+        if not any(np.any(a) for a in matching[tensor].get('pre_qdq', [])):
+            # zero everywhere (e.g. a residual branch whose last norm layer starts at
+            # zero, as mmseg's ResNets initialise it): nothing to lose, and the ratio
+            # is 0/0, which onnxruntime reports as 0 dB
             continue
         rows.append(dict(node=node.name, op_type=node.op_type, tensor=tensor,
                          qdq_sqnr=round(float(err['qdq_err']), 2),

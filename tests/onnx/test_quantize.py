@@ -269,3 +269,33 @@ def test_written_file(tmp_path, exported):
     assert len(saved.graph.node) == len(result.model.graph.node)
     weights = [numpy_helper.to_array(t) for t in saved.graph.initializer]
     assert any(w.dtype == np.int8 for w in weights)
+
+
+def test_lossy_nodes_rank_real_losses_and_leave_out_zero_activations():
+    """A branch that is zero on every input (a convolution with zero weights and bias, as
+    mmseg's ResNets start the last norm layer of each residual branch) has no signal to
+    lose; onnxruntime's ratio for it is 0/0, reported as 0 dB, which would put it first.
+    The ranking leaves it out and keeps the activations that carry a signal."""
+    from mmseg_cann.onnx.quant_eval import lossy_nodes
+
+    class WithDeadBranch(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.live = nn.Conv2d(3, 4, 3, padding=1)
+            self.dead = nn.Conv2d(3, 4, 3, padding=1)
+            nn.init.zeros_(self.dead.weight)
+            nn.init.zeros_(self.dead.bias)
+            self.head = nn.Conv2d(4, 2, 1)
+
+        def forward(self, x):
+            return self.head(self.live(x) + self.dead(x))
+
+    proto = export_onnx(WithDeadBranch().eval(), torch.randn(1, 3, 16, 16))
+    result = quantize_model(proto, _calibration(2, (1, 3, 16, 16)))
+    rows = lossy_nodes(result.prepared, result.model, _calibration(2, (1, 3, 16, 16)), top=10)
+    assert rows and all(np.isfinite(r['qdq_sqnr']) and r['qdq_sqnr'] > 10 for r in rows), rows
+    producers = {o: n.name for n in result.prepared.graph.node for o in n.output}
+    dead = [n.output[0] for n in result.prepared.graph.node
+            if n.op_type == 'Conv' and not np.any(constant_values(result.prepared)[n.input[1]])]
+    assert dead and not {producers[t] for t in dead} & {r['node'] for r in rows}
