@@ -26,6 +26,10 @@ NOT_BUILT = {
 NOT_RUNNING = {
     'pointrend_r50': "mmseg 1.2.2's PointHead: mmcv's point_sample returns a tuple "
                      '(TypeError, with or without mmseg_cann)',
+    'upernet_beit': "BEiT's relative position bias is made for its img_size (640x640, "
+                    '1601 tokens): other input sizes raise (RuntimeError, with or without '
+                    'mmseg_cann)',
+    'upernet_mae': "MAE (a BEiT backbone): the same relative position bias for 640x640",
 }
 #: ResNet-50 stage widths -> ResNet-18's (each // 4), for heads fed by the backbone
 R50_TO_R18 = {256: 64, 512: 128, 1024: 256, 2048: 512}

@@ -164,7 +164,7 @@ def test_configs_left_out_are_the_known_ones():
             with pytest.raises(Exception):
                 Logits(model)(_image(TRACED, 0))
     assert set(failing) == set(NOT_BUILT), failing
-    assert len(SWEPT) >= 45
+    assert len(SWEPT) >= 43
 
 
 def sweep_model(name: str, variant: str):
