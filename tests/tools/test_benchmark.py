@@ -7,6 +7,8 @@ import pytest
 
 from tests._helpers import run_python
 
+from .conftest import import_tool
+
 
 @pytest.mark.slow
 def test_benchmark_smoke_cases(tmp_path):
@@ -30,19 +32,15 @@ def test_benchmark_smoke_cases(tmp_path):
     assert 'smoke_upsample_argmax | mmseg_cann fused' in table
 
 
-def test_numba_workspace_is_counted_as_peak_memory():
+def test_numba_workspace_is_counted_as_peak_memory(monkeypatch):
     """The argmax kernel's per-thread buffers are torch tensors: the CPU memory
     measurement sees them (2 x C x W float32 values per thread at least)."""
-    import importlib
-    import sys
     import torch
     from mmseg_cann.backends import numba_cpu
     from mmseg_cann.ops.fused import upsample_argmax
-    from tests._helpers import REPO_ROOT
     if not numba_cpu.available():
         pytest.skip('numba is not installed')
-    sys.path.insert(0, REPO_ROOT + '/tools')
-    bench = importlib.import_module('benchmark')
+    bench = import_tool(monkeypatch, 'benchmark')
     x = torch.randn(1, 50, 16, 16)
     peak = bench.peak_extra_bytes(lambda t: upsample_argmax(t, (128, 512)), (x,),
                                   torch.device('cpu'))
@@ -54,13 +52,9 @@ def test_benchmark_rejects_unknown_case():
     assert result.returncode == 2 and "unknown case 'nope'" in result.stderr
 
 
-def test_peak_extra_bytes_counts_temporaries_not_the_result():
-    import sys
+def test_peak_extra_bytes_counts_temporaries_not_the_result(monkeypatch):
     import torch
-    from tests._helpers import REPO_ROOT
-    sys.path.insert(0, REPO_ROOT + '/tools')
-    import importlib
-    bench = importlib.import_module('benchmark')
+    bench = import_tool(monkeypatch, 'benchmark')
     device = torch.device('cpu')
     x = torch.ones(1 << 18)  # 1 MiB
 
@@ -72,20 +66,11 @@ def test_peak_extra_bytes_counts_temporaries_not_the_result():
     assert bench.peak_extra_bytes(with_temporary, (x,), device) >= (1 << 20)
 
 
-def _tool(name):
-    import importlib
-    import sys
-    from tests._helpers import REPO_ROOT
-    if REPO_ROOT + '/tools' not in sys.path:
-        sys.path.insert(0, REPO_ROOT + '/tools')
-    return importlib.import_module(name)
-
-
-def test_interleaved_times_alternate_the_implementations():
+def test_interleaved_times_alternate_the_implementations(monkeypatch):
     """Whole-model cases time their implementations round by round: one warm-up call
     each, then a, b, a, b, ... (a drift of the machine's speed reaches both)."""
     import torch
-    bench = _tool('benchmark')
+    bench = import_tool(monkeypatch, 'benchmark')
     calls = []
     fns = {'a': lambda: calls.append('a'), 'b': lambda: calls.append('b')}
     medians = bench.interleaved_times(fns, (), torch.device('cpu'), 3)
@@ -94,13 +79,13 @@ def test_interleaved_times_alternate_the_implementations():
     assert bench.CASES['resize_conv_segformer_b0_512'].interleave
 
 
-def test_mac_count_separates_attention_products():
+def test_mac_count_separates_attention_products(monkeypatch):
     """tools/_bench_resize_conv.py counts layers (convolutions, linear layers, the
     rewrite's matrix products) and the attention's own products apart, from formulas:
     a 1x1 convolution, and self-attention over L tokens of width E (projections 4 L E^2,
     scores and weighted sum 2 L^2 E)."""
     import torch
-    counter = _tool('_bench_resize_conv')
+    counter = import_tool(monkeypatch, '_bench_resize_conv')
 
     class Model(torch.nn.Module):
         def __init__(self):
