@@ -15,6 +15,7 @@ from . import atc_backend, ops
 from .atc import ATC_MAX_OPSET, atc_reading
 from .dynamic_domain import (attach_domain, check_dynamic_domain, input_sources, not_checkable,
                              pinned_dims, program_domain)
+from .mmcv_ops import portable_mmcv_ops
 from .native_ops import native_ops_as_cann
 from .runtime import constant_values, run_onnx
 from .translation import MIN_OPSET, size_arithmetic_table, translation_table
@@ -52,6 +53,8 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
             traced: that domain (torch.export's ranges and guards) is stored in the
             graph's metadata and checked by this package's runners
             (:mod:`.dynamic_domain`, :func:`~.dynamic_domain.check_dynamic_domain`).
+            mmcv's ``PSAMask`` (PSANet) is traced in a portable form with either setting
+            (:mod:`.mmcv_ops`).
         input_names, output_names: graph input/output names.
         simplify: run ``onnxslim.slim`` on the exported graph (PyPI ``onnxslim``,
             ``requirements/tests.txt``); the result is checked like the export.
@@ -93,8 +96,11 @@ def export_onnx(model: torch.nn.Module, inputs: Union[torch.Tensor, Tuple[torch.
         # Fresh tensors: torch.export leaves dim markings on the tensors it traced, which
         # would make a later fixed-shape export of the same tensors symbolic.
         # dynamic: PyTorch's own resize/pool calls take the CANN ops' size-generic forms
-        # and refusals (their generic translations bake the traced size in, .native_ops)
-        with native_ops_as_cann() if dynamic else contextlib.nullcontext():
+        # and refusals (their generic translations bake the traced size in, .native_ops).
+        # mmcv's PSAMask is traced in its portable form (.mmcv_ops: its CPU kernel would
+        # be recorded element by element, for the traced size only).
+        with native_ops_as_cann() if dynamic else contextlib.nullcontext(), \
+                portable_mmcv_ops(model):
             exported = _capture(model, tuple(t.detach().clone() for t in inputs),
                                 dynamic_shapes)
         program = torch.onnx.export(
