@@ -147,6 +147,19 @@ def _own_args(key, args: tuple) -> tuple:
     return args if key[0] is args else _thaw(*key)
 
 
+#: argument type tuples seen to hold scalars only (:data:`_ATOMS`): a repeated call's
+#: check is one set lookup, not a scan of the types
+_SCALAR_SIGNATURES: set = set()
+
+
+def _scalar_signature(types: tuple) -> bool:
+    """Whether ``types`` are all :data:`_ATOMS` (remembered when they are)."""
+    if not _ATOMS.issuperset(types):
+        return False
+    _SCALAR_SIGNATURES.add(types)
+    return True
+
+
 #: direct calls of the functional ops, by (builder, arguments, their types, shape, dtype,
 #: on CUDA): each entry is (precision policy, direct call or None)
 _CALLS: dict = {}
@@ -192,8 +205,8 @@ def run_cached(builder, args: tuple, input):
         return None
     if _TUNE_KEY in _ENVIRON and tuned.tuning_enabled():
         return None
-    types = tuple(map(type, args))
-    if _ATOMS.issuperset(types):  # call_key's common case, inlined
+    types = (*map(type, args),)
+    if types in _SCALAR_SIGNATURES or _scalar_signature(types):  # call_key's common case
         key = (builder, args, types, input.shape, input.dtype, cuda)
     else:
         arg_key = call_key(args)
@@ -216,6 +229,7 @@ def run_cached(builder, args: tuple, input):
             call = None
     if len(_CALLS) >= MAX_CALLS:
         _CALLS.clear()
+        _SCALAR_SIGNATURES.clear()
     _CALLS[key] = (state, call)
     return result
 
