@@ -306,6 +306,11 @@ def print_table(report, out_dir) -> None:
             print(f'| {variant} | ' + ' | '.join(f'{ev[variant][k]:.2f}' for k in keys) + ' |')
         print(f'label agreement int8 vs PyTorch fp32: {ev["label_agreement"]:.3f}% '
               f'(ONNX fp32: {ev["onnx_fp32_label_agreement"]:.3f}%)')
+        clear = ev['label_agreement_clear']
+        print(f'int8 logits: SQNR {ev["logits_sqnr_db"]} dB; {ev["near_tie_pixels"]:.2f}% of '
+              "the pixels are near ties (fp32's top-2 margin below the int8 logits' RMS "
+              'error), agreement on the others '
+              + ('-' if clear is None else f'{clear:.3f}%'))
         print('most lossy activations (SQNR dB of their own QDQ step / vs the float graph):')
         for row in ev['lossy_nodes']:
             print(f'  {row["op_type"]:<8} {row["node"]:<32} {row["qdq_sqnr"]:7.2f} '

@@ -52,6 +52,56 @@ def _labels(samples) -> List[np.ndarray]:
     return [s.pred_sem_seg.data[0].cpu().numpy() for s in samples]
 
 
+class LogitStats:
+    """How far the int8 logits are from the float ones, against how far apart the float
+    logits' two best classes are: the label agreement of a quantized model is bounded by
+    its float margins (an untrained model's are near ties almost everywhere).
+
+    :meth:`add` takes each image's ``(N, C, H, W)`` logits of both graphs at the graph
+    output; :meth:`summary` gives
+
+    * ``logits_sqnr_db``: ``10 log10(sum(ref**2) / sum((got - ref)**2))`` over all
+      pixels and classes (inf where equal);
+    * ``near_tie_pixels``: percent of pixels whose float margin (top-1 minus top-2
+      logit) is below the int8 logits' RMS error, where one quantization error can
+      flip the label;
+    * ``label_agreement_clear``: the label agreement on the other pixels (None when
+      there are none).
+    """
+
+    def __init__(self):
+        self._noise = self._signal = 0.0
+        self._values = 0
+        self._margins, self._same = [], []
+
+    def add(self, ref: np.ndarray, got: np.ndarray) -> None:
+        if ref.shape != got.shape or ref.ndim != 4 or ref.shape[1] < 2:
+            raise ValueError(f'LogitStats.add: logits must be (N, C>=2, H, W) of one shape, '
+                             f'got {ref.shape} and {got.shape}')
+        ref = ref.astype(np.float64)
+        got = got.astype(np.float64)
+        self._noise += float(((got - ref) ** 2).sum())
+        self._signal += float((ref ** 2).sum())
+        self._values += ref.size
+        top2 = np.sort(ref, axis=1)[:, -2:]
+        self._margins.append((top2[:, 1] - top2[:, 0]).ravel())
+        self._same.append((ref.argmax(1) == got.argmax(1)).ravel())
+
+    def summary(self) -> Dict[str, object]:
+        if not self._values:
+            raise ValueError('LogitStats.summary: no logits were added')
+        rms = (self._noise / self._values) ** 0.5
+        margins = np.concatenate(self._margins)
+        same = np.concatenate(self._same)
+        clear = margins >= rms
+        return dict(
+            logits_sqnr_db=(float('inf') if self._noise == 0 else
+                            round(10 * float(np.log10(self._signal / self._noise)), 2)),
+            near_tie_pixels=round(100.0 * float((~clear).mean()), 3),
+            label_agreement_clear=(round(100.0 * float(same[clear].mean()), 3)
+                                   if clear.any() else None))
+
+
 def evaluate_quantized(cfg, model, dataset, proto_fp32, proto_int8, count: int,
                        shape) -> Dict[str, object]:
     """Score PyTorch fp32, ONNX fp32 and ONNX int8 on ``count`` images of ``dataset``.
@@ -68,7 +118,10 @@ def evaluate_quantized(cfg, model, dataset, proto_fp32, proto_int8, count: int,
 
     Returns:
         ``{images, fp32, onnx_fp32, int8: {metric: value}, label_agreement (int8 vs
-        PyTorch fp32), onnx_fp32_label_agreement}`` (metrics and agreements in percent).
+        PyTorch fp32), onnx_fp32_label_agreement}`` (metrics and agreements in percent,
+        after ``postprocess_result``) and :class:`LogitStats`' ``logits_sqnr_db``,
+        ``near_tie_pixels`` and ``label_agreement_clear`` (int8 vs PyTorch fp32 at the
+        graph output).
     """
     import torch
     from mmengine.logging import MMLogger
@@ -78,6 +131,7 @@ def evaluate_quantized(cfg, model, dataset, proto_fp32, proto_int8, count: int,
     name = graph_inputs(proto_fp32)[0]
     same = {'int8': [0, 0], 'onnx_fp32': [0, 0]}
     images = 0
+    stats = LogitStats()
     for inputs, samples in dataset_batches(dataset, count, shape,
                                            segmentor.data_preprocessor):
         images += 1
@@ -86,6 +140,7 @@ def evaluate_quantized(cfg, model, dataset, proto_fp32, proto_int8, count: int,
         for variant, sess in sessions.items():
             check_dynamic_domain(proto_fp32, {name: inputs.shape})
             logits[variant] = torch.from_numpy(sess.run(None, {name: inputs})[0])
+        stats.add(logits['fp32'].numpy(), logits['int8'].numpy())
         labels = {}
         for variant in VARIANTS:
             results = segmentor.postprocess_result(logits[variant], copy.deepcopy(samples))
@@ -106,7 +161,7 @@ def evaluate_quantized(cfg, model, dataset, proto_fp32, proto_int8, count: int,
     return dict(images=images, **scores,
                 label_agreement=100.0 * same['int8'][0] / max(same['int8'][1], 1),
                 onnx_fp32_label_agreement=100.0 * same['onnx_fp32'][0] /
-                max(same['onnx_fp32'][1], 1))
+                max(same['onnx_fp32'][1], 1), **stats.summary())
 
 
 def lossy_nodes(prepared_fp32, proto_int8, inputs: Sequence[np.ndarray],

@@ -299,3 +299,37 @@ def test_lossy_nodes_rank_real_losses_and_leave_out_zero_activations():
     dead = [n.output[0] for n in result.prepared.graph.node
             if n.op_type == 'Conv' and not np.any(constant_values(result.prepared)[n.input[1]])]
     assert dead and not {producers[t] for t in dead} & {r['node'] for r in rows}
+
+
+def test_logit_stats_weigh_the_error_against_the_float_margins():
+    """Near ties, the agreement off them and the logits' SQNR, on logits made by hand: one
+    class at zero, the other at margins 0.1, 0.5, 1 and 2 over four pixels."""
+    from mmseg_cann.onnx.quant_eval import LogitStats
+    ref = np.zeros((1, 2, 1, 4))
+    ref[0, 1, 0] = [0.1, 0.5, 1.0, 2.0]
+    # an error of 0.3 on the closest pixel flips it; RMS error sqrt(0.09 / 8) = 0.106, so
+    # that pixel (margin 0.1) is the one near tie and the other three agree
+    got = ref.copy()
+    got[0, 1, 0, 0] -= 0.3
+    stats = LogitStats()
+    stats.add(ref, got)
+    summary = stats.summary()
+    assert summary['near_tie_pixels'] == 25.0
+    assert summary['label_agreement_clear'] == 100.0
+    assert summary['logits_sqnr_db'] == round(10 * np.log10((0.01 + 0.25 + 1 + 4) / 0.09), 2)
+    # an error of 2.5 on the widest margin flips a clear pixel: RMS sqrt(6.34 / 8) = 0.89
+    # makes margins 0.1 and 0.5 near ties, and one of the two clear pixels disagrees
+    got[0, 0, 0, 3] += 2.5
+    stats = LogitStats()
+    stats.add(ref.astype(np.float32), got.astype(np.float32))
+    summary = stats.summary()
+    assert summary['near_tie_pixels'] == 50.0
+    assert summary['label_agreement_clear'] == 50.0
+    exact = LogitStats()
+    exact.add(ref, ref)
+    assert exact.summary() == dict(logits_sqnr_db=float('inf'), near_tie_pixels=0.0,
+                                   label_agreement_clear=100.0)
+    with pytest.raises(ValueError, match='logits must be'):
+        LogitStats().add(ref, got[:, :, :, :2])
+    with pytest.raises(ValueError, match='no logits'):
+        LogitStats().summary()

@@ -58,6 +58,11 @@ def test_demo_end_to_end(tmp_path, checkpoint, drive):
         assert abs(ev['onnx_fp32'][key] - ev['fp32'][key]) < 0.01, key
         assert key in ev['int8']
     assert 0 <= ev['label_agreement'] <= 100
+    # int8 logits are near the float ones (SQNR well above 10 dB) and the pixels off
+    # near ties agree better than all of them
+    assert 10 < ev['logits_sqnr_db'] < float('inf')
+    assert 0 <= ev['near_tie_pixels'] < 100
+    assert ev['label_agreement_clear'] >= ev['label_agreement'] - 1.0
     assert len(ev['lossy_nodes']) == 3
     assert all(r['qdq_sqnr'] <= s['qdq_sqnr'] for r, s in
                zip(ev['lossy_nodes'], ev['lossy_nodes'][1:]))
@@ -67,6 +72,7 @@ def test_demo_end_to_end(tmp_path, checkpoint, drive):
     assert set(amct['emulation']) == {'with_skip', 'without_skip'}
     text = result.stdout
     assert 'label agreement int8 vs PyTorch fp32' in text and 'AMCT hand-off' in text
+    assert 'near ties' in text
 
 
 @pytest.fixture(scope='module')
