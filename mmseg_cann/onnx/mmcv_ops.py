@@ -44,6 +44,10 @@ def psa_mask(input: torch.Tensor, psa_type: str, mask_size: Sequence[int]) -> to
         raise ValueError(f'psa_mask: psa_type must be one of {PSA_TYPES}, got {psa_type!r}')
     hm, wm = (int(mask_size), int(mask_size)) if isinstance(mask_size, int) \
         else (int(mask_size[0]), int(mask_size[1]))
+    if not isinstance(input, torch.Tensor) or input.dim() != 4:
+        raise ValueError('psa_mask: input must be a 4-D tensor (N, hm*wm, H, W), got '
+                         + (f'shape {tuple(input.shape)}' if isinstance(input, torch.Tensor)
+                            else type(input).__name__))
     n, channels, height, width = input.shape
     if channels != hm * wm:
         raise ValueError(f'psa_mask: the input has {channels} channels, the mask size '

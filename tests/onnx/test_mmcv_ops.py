@@ -38,6 +38,8 @@ def test_psa_mask_refuses_what_mmcv_does_not_take():
         psa_mask(torch.zeros(1, 24, 4, 4), 'collect', (5, 5))
     with pytest.raises(ValueError, match='psa_type'):
         psa_mask(torch.zeros(1, 25, 4, 4), 'bi-direction', (5, 5))
+    with pytest.raises(ValueError, match='4-D tensor'):
+        psa_mask(torch.zeros(25, 4, 4), 'collect', (5, 5))
 
 
 class Head(torch.nn.Module):
