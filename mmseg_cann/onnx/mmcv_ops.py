@@ -76,14 +76,18 @@ def psa_mask(input: torch.Tensor, psa_type: str, mask_size: Sequence[int]) -> to
 def portable_mmcv_ops(model: torch.nn.Module) -> Iterator[None]:
     """``with portable_mmcv_ops(model): torch.export.export(model, ...)`` -- each mmcv
     ``PSAMask`` in ``model`` computes :func:`psa_mask` for the duration (the modules'
-    own forwards are restored on exit). A model without them, or without mmcv's ops
+    own forwards are restored on exit). Subclasses that override ``forward`` and
+    instances given their own ``forward`` are left as they are. A model without them, or without mmcv's ops
     imported, is left as it is."""
     module = sys.modules.get('mmcv.ops.psa_mask')
     psa_class = getattr(module, 'PSAMask', None)
     patched = []
     if psa_class is not None:
         for sub in model.modules():
+            # mmcv's own forward only: a subclass's or an instance's own forward is
+            # the user's code, traced as it is
             if (isinstance(sub, psa_class) and sub.mask_size is not None
+                    and type(sub).forward is psa_class.forward
                     and 'forward' not in vars(sub)):
                 sub.forward = _portable_forward(sub)
                 patched.append(sub)

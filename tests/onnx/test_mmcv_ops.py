@@ -106,3 +106,26 @@ def test_portable_mmcv_ops_leaves_a_module_without_psamask_alone():
     model = torch.nn.Conv2d(1, 1, 1)
     with portable_mmcv_ops(model):
         assert 'forward' not in vars(model)
+
+
+def test_portable_mmcv_ops_patches_mmcvs_forward_only():
+    """A subclass overriding ``forward`` and an instance with its own ``forward`` keep
+    their code; a shared instance is patched once and restored; hooks still run."""
+    class Scaled(mmcv_ops.PSAMask):
+        def forward(self, input):
+            return 2 * super().forward(input)
+
+    plain, scaled, own = (mmcv_ops.PSAMask('collect', (3, 3)), Scaled('collect', (3, 3)),
+                          mmcv_ops.PSAMask('collect', (3, 3)))
+    own.forward = lambda input: input
+    model = torch.nn.ModuleList([plain, scaled, own, plain])
+    calls = []
+    plain.register_forward_hook(lambda *args: calls.append(1))
+    x = torch.randn(1, 9, 4, 4)
+    with portable_mmcv_ops(model):
+        assert 'forward' in vars(plain)
+        assert 'forward' not in vars(scaled) and vars(own)['forward'](x) is x
+        assert torch.equal(plain(x), psa_mask(x, 'collect', (3, 3)))
+        assert torch.equal(scaled(x), 2 * mmcv_ops.PSAMask('collect', (3, 3))(x))
+    assert calls == [1]
+    assert 'forward' not in vars(plain) and 'forward' in vars(own)
