@@ -15,7 +15,8 @@ change whether a call is accepted:
   stores nothing and raises every time;
 * the key is the arguments by value *and* exact type, through tuples, lists and
   ``torch.Size`` (``2``, ``2.0``, ``True`` and ``numpy.int64(2)`` are four keys;
-  ``[3, 3]`` and ``(3, 3)`` two), the input's shape, dtype and device kind, and the
+  ``[3, 3]`` and ``(3, 3)`` two; the common form is the arguments' ``marshal`` bytes,
+  see :data:`_CALLS`), the input's shape, dtype and device kind, and the
   precision policy in force. Arguments of any other type (tensors, arrays, user
   objects) are not cached. A cached call holds its own copy of list arguments;
 * nothing is cached or used while something else could change the result (the rules
@@ -24,6 +25,7 @@ change whether a call is accepted:
 """
 from __future__ import annotations
 
+import marshal
 import os
 import threading
 from contextlib import contextmanager
@@ -160,8 +162,38 @@ def _scalar_signature(types: tuple) -> bool:
     return True
 
 
-#: direct calls of the functional ops, by (builder, arguments, their types, shape, dtype,
-#: on CUDA): each entry is (precision policy, direct call or None)
+# The common key: the arguments written by ``marshal`` (one C call). ``marshal.dumps``
+# writes an exact int, float, bool, str, None, tuple or list under a code of its own type
+# and with its whole value (a float's eight bytes), and its format is a prefix code: equal
+# bytes parse into the same codes and values. What it writes of other types (a numpy
+# scalar or any object with the buffer protocol as raw bytes, or complex, bytes, sets...)
+# uses codes those seven never use. So a key is *stored* in this form only when every
+# argument, through tuples and lists, has one of the seven exact types; a later call whose
+# bytes are equal has then the same types and values, and nothing is checked per call.
+# Other arguments (numpy scalars, dtypes, ``torch.Size``, objects marshal refuses) are
+# keyed by :func:`call_key`.
+_dumps, _loads = marshal.dumps, marshal.loads
+_MARSHAL_VERSION = 2  # the first version with exact floats; from 3 on, bytes depend on refcounts
+_MARSHAL_EXACT = frozenset([int, float, bool, str, type(None), tuple, list])
+
+
+def _marshal_exact(args) -> bool:
+    """Whether every item of ``args``, through tuples and lists, has one of
+    :data:`_MARSHAL_EXACT`'s exact types (only after ``marshal.dumps(args)`` succeeded:
+    no cycles)."""
+    for item in args:
+        kind = type(item)
+        if kind not in _MARSHAL_EXACT:
+            return False
+        if (kind is tuple or kind is list) and not _marshal_exact(item):
+            return False
+    return True
+
+
+#: direct calls of the functional ops, by (builder, the arguments' marshal bytes, shape,
+#: dtype, on CUDA) or, for other arguments, (builder, their :func:`call_key`, shape, dtype,
+#: on CUDA): five items against six, the two forms never compare equal. Each entry is
+#: (precision policy, direct call or None).
 _CALLS: dict = {}
 MAX_CALLS = 1024
 
@@ -205,18 +237,31 @@ def run_cached(builder, args: tuple, input):
         return None
     if _TUNE_KEY in _ENVIRON and tuned.tuning_enabled():
         return None
-    types = (*map(type, args),)
-    if types in _SCALAR_SIGNATURES or _scalar_signature(types):  # call_key's common case
-        key = (builder, args, types, input.shape, input.dtype, cuda)
-    else:
-        arg_key = call_key(args)
-        if arg_key is None:
-            return None
-        key = (builder, arg_key[0], types, input.shape, input.dtype, cuda)
-    entry = _CALLS.get(key)
-    if entry is not None and entry[0] is eager_precision_policy():
-        call = entry[1]
-        return None if call is None else call[0](input, *call[1])
+    try:
+        blob = _dumps(args, _MARSHAL_VERSION)
+    except ValueError:  # an argument marshal refuses (a dtype, a user object, a cycle)
+        blob = None
+    if blob is not None:
+        key = (builder, blob, input.shape, input.dtype, cuda)
+        entry = _CALLS.get(key)
+        if entry is not None and entry[0] is eager_precision_policy():
+            call = entry[1]
+            return None if call is None else call[0](input, *call[1])
+        owned = _loads(blob) if _marshal_exact(args) else None  # the cached call's own copy
+    if blob is None or owned is None:
+        types = (*map(type, args),)
+        if types in _SCALAR_SIGNATURES or _scalar_signature(types):  # call_key's common case
+            key = (builder, args, types, input.shape, input.dtype, cuda)
+        else:
+            arg_key = call_key(args)
+            if arg_key is None:
+                return None
+            key = (builder, arg_key[0], types, input.shape, input.dtype, cuda)
+        entry = _CALLS.get(key)
+        if entry is not None and entry[0] is eager_precision_policy():
+            call = entry[1]
+            return None if call is None else call[0](input, *call[1])
+        owned = _own_args(key[1:3], args)
     state = eager_precision_policy()
     recorded = fallback_total()
     with direct_calls_disabled():
@@ -224,7 +269,7 @@ def run_cached(builder, args: tuple, input):
     call = None
     if fallback_total() == recorded:
         try:
-            call = builder(input, *_own_args(key[1:3], args))
+            call = builder(input, *owned)
         except Exception:  # noqa: BLE001 - no direct call: every call takes the full path
             call = None
     if len(_CALLS) >= MAX_CALLS:

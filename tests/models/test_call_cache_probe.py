@@ -149,9 +149,13 @@ def test_a_call_leaves_the_module_unchanged():
 X = make_input((1, 2, 6, 6))
 INTS = [2, 2.0, True, np.int64(2), np.int32(2), np.float64(2.0), np.bool_(True),
         torch.tensor(2), (2, 2), (2.0, 2), (2, 2.0), [2, 2], (True, 2), (np.int64(2), 2),
-        torch.Size([2, 2]), 1, 1.0, (1, 1), (1.0, 1.0), [1.0, 1]]
-PADS = [0, 0.0, False, np.int64(0), np.float64(0.0), (0, 0), (0.0, 0), [0, 0], (False, 0),
-        1, 1.0, True, (1, 1), (1.0, 1)]
+        torch.Size([2, 2]), 1, 1.0, (1, 1), (1.0, 1.0), [1.0, 1],
+        # values marshal writes as their raw bytes: the bytes of np.int64(2) (the cache's
+        # common key is the arguments' marshal bytes)
+        np.uint64(2), np.int64(2).view(np.float64), np.int64(2).tobytes(),
+        bytearray(np.int64(2).tobytes()), np.array(2), (np.int64(2).tobytes(), 2)]
+PADS = [0, 0.0, -0.0, False, np.int64(0), np.float64(0.0), (0, 0), (0.0, 0), [0, 0],
+        (False, 0), 1, 1.0, True, (1, 1), (1.0, 1), np.int64(0).tobytes(), [[0, 0]]]
 FLAGS = [False, 0, None, np.bool_(False), 0.0, True, 1, np.bool_(True), 1.0, 'yes', (0,)]
 SCALES = [2, 2.0, True, np.float64(2.0), np.int64(2), np.float32(2.0), (2, 2), (2.0, 2.0),
           [2.0, 2.0], (2, 2.0), torch.tensor(2.0), 1.5, (1.5, 1.5)]
