@@ -17,7 +17,8 @@ every node, then ran for over 25 minutes).
 built from the runtime size (``arange`` of the map's height and width), so the graph has
 a few dozen nodes whatever the size and, exported with ``dynamic=True``, holds for every
 size. The values are mmcv's bit for bit (a copy; zero where the mask window falls outside
-the map), checked against the kernel in ``tests/onnx/test_mmcv_ops.py``.
+the map: those entries gather from a zero channel padded onto the input), checked against
+the kernel in ``tests/onnx/test_mmcv_ops.py``.
 """
 from __future__ import annotations
 
@@ -58,15 +59,15 @@ def psa_mask(input: torch.Tensor, psa_type: str, mask_size: Sequence[int]) -> to
     di = rows[:, None] - rows[None, :] + (hm - 1) // 2   # [y, h]
     dj = cols[:, None] - cols[None, :] + (wm - 1) // 2   # [x, w]
     inside = (((di >= 0) & (di < hm))[:, None, :, None]
-              & ((dj >= 0) & (dj < wm))[None, :, None, :]).reshape(height * width,
-                                                                 height * width)
-    channel = (di.clamp(0, hm - 1)[:, None, :, None] * wm
-               + dj.clamp(0, wm - 1)[None, :, None, :]).reshape(height * width,
-                                                               height * width)
+              & ((dj >= 0) & (dj < wm))[None, :, None, :]).long()
+    # mask channel di*wm + dj inside the window, else channel hm*wm: the zero channel
+    # appended below. Integer arithmetic, no select: the graph stays GatherElements,
+    # Pad and elementwise integer ops (all in ATC's ONNX parser; see docs/onnx_export.md)
+    channel = ((di[:, None, :, None] * wm + dj[None, :, None, :]) * inside
+               + channels * (1 - inside)).reshape(height * width, height * width)
     # collect[n, p, q] = input[n, channel[p, q], q] for target p = (y, x), source q = (h, w)
-    flat = input.reshape(n, channels, height * width)
+    flat = torch.nn.functional.pad(input.reshape(n, channels, height * width), (0, 0, 0, 1))
     out = torch.gather(flat, 1, channel.unsqueeze(0).expand(n, -1, -1))
-    out = out.masked_fill(~inside, 0)
     if psa_type == 'distribute':
         out = out.transpose(1, 2)
     return out.reshape(n, height * width, height, width)

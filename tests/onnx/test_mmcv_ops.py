@@ -129,3 +129,39 @@ def test_portable_mmcv_ops_patches_mmcvs_forward_only():
         assert torch.equal(scaled(x), 2 * mmcv_ops.PSAMask('collect', (3, 3))(x))
     assert calls == [1]
     assert 'forward' not in vars(plain) and 'forward' in vars(own)
+
+
+class _PSAMaskOnly(torch.nn.Module):
+    def __init__(self, psa_type='collect', mask_size=(5, 5)):
+        super().__init__()
+        self.psa = mmcv_ops.PSAMask(psa_type, mask_size)
+
+    def forward(self, x):
+        return self.psa(x)
+
+
+#: what a fixed-shape PSAMask export may hold: the gather and, on maps too large for the
+#: exporter's optimiser to fold the index into a constant, the index's integer arithmetic
+PSA_FIXED_OPS = {'Reshape', 'Pad', 'GatherElements', 'Transpose', 'And', 'Cast', 'Mul', 'Add',
+                 'Sub', 'Unsqueeze', 'Expand'}
+
+
+@pytest.mark.parametrize('psa_type', ['collect', 'distribute'])
+def test_psa_mask_exports_to_ops_atc_parses(psa_type):
+    """Fixed shape (what ``--target atc`` compiles): the zero-channel pad, one
+    GatherElements and integer arithmetic; no select (``Where``) in either form."""
+    model = _PSAMaskOnly(psa_type)
+    for hw in [(8, 8), (32, 32)]:  # the index folded into a constant, then not
+        x = torch.randn((1, 25) + hw)
+        proto = export_onnx(model, x)
+        fixed = collections.Counter(n.op_type for n in proto.graph.node)
+        assert set(fixed) <= PSA_FIXED_OPS and fixed['GatherElements'] == 1, (hw, fixed)
+        with torch.no_grad():
+            assert np.array_equal(run_onnx(proto, [x.numpy()])[0], model(x).numpy()), hw
+    x = torch.randn(1, 25, 8, 8)
+    dynamic = export_onnx(model, x, dynamic=True)
+    assert 'Where' not in {n.op_type for n in dynamic.graph.node}
+    for hw in [(3, 5), (11, 9)]:
+        y = torch.randn((1, 25) + hw)
+        with torch.no_grad():
+            assert np.array_equal(run_onnx(dynamic, [y.numpy()])[0], model(y).numpy()), hw
