@@ -173,7 +173,7 @@ def _scalar_signature(types: tuple) -> bool:
 # Other arguments (numpy scalars, dtypes, ``torch.Size``, objects marshal refuses) are
 # keyed by :func:`call_key`.
 _dumps, _loads = marshal.dumps, marshal.loads
-_MARSHAL_VERSION = 2  # the first version with exact floats; from 3 on, bytes depend on refcounts
+_MARSHAL_VERSION = 2  # floats as their eight bytes; from 3 on, bytes depend on refcounts
 _MARSHAL_EXACT = frozenset([int, float, bool, str, type(None), tuple, list])
 
 
