@@ -78,8 +78,8 @@ def portable_mmcv_ops(model: torch.nn.Module) -> Iterator[None]:
     """``with portable_mmcv_ops(model): torch.export.export(model, ...)`` -- each mmcv
     ``PSAMask`` in ``model`` computes :func:`psa_mask` for the duration (the modules'
     own forwards are restored on exit). Subclasses that override ``forward`` and
-    instances given their own ``forward`` are left as they are. A model without them, or without mmcv's ops
-    imported, is left as it is."""
+    instances given their own ``forward`` are left as they are. A model without them, or
+    without mmcv's ops imported, is left as it is."""
     module = sys.modules.get('mmcv.ops.psa_mask')
     psa_class = getattr(module, 'PSAMask', None)
     patched = []

@@ -31,6 +31,13 @@ def test_psa_mask_is_mmcvs_bit_for_bit(psa_type):
         x = torch.randn(2, hm * wm, h, w, generator=g)
         expected = mmcv_ops.PSAMask(psa_type, (hm, wm))(x)
         assert torch.equal(psa_mask(x, psa_type, (hm, wm)), expected), (hm, wm, h, w)
+    # batch 0, float64, and negative values (a zero fill must be +0.0, as mmcv's)
+    for x in [torch.randn(0, 9, 4, 5), torch.randn(1, 9, 4, 5, dtype=torch.float64),
+              -torch.rand(1, 9, 4, 5)]:
+        expected = mmcv_ops.PSAMask(psa_type, (3, 3))(x)
+        got = psa_mask(x, psa_type, (3, 3))
+        assert got.dtype == expected.dtype and torch.equal(got, expected), x.shape
+        assert torch.equal(got.signbit(), expected.signbit())
 
 
 def test_psa_mask_refuses_what_mmcv_does_not_take():
